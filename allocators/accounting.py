@@ -1,0 +1,135 @@
+"""The memory breakdown of GUIDE section 3, kept up to date operation by operation.
+
+Both managers keep a few running sums and turn them into a ``MemoryBreakdown`` in
+O(1); nothing here ever scans the pool.
+
+Paged (``PartialBlockLedger``). Blocks are allocated on demand, so every block of a
+sequence except its last is full. A full block is all token_states. A partially
+filled block holds ``fill`` written slots (token_states); of its empty slots those
+at positions below the owner's ``final_len`` are reserved and the rest (the tail of
+the last block past ``final_len``) is allocator rounding. A partially filled block
+is shared only after a fork (prefix hits share full blocks only), and then every
+owner has written the same ``fill`` tokens into it. NOTE: its fill target is the
+maximum over its owners: the last owner to write keeps the block (the others copy
+on write), and it fills the block up to its own target.
+
+Contiguous (``ExtentLedger``). Per sequence: written slots are token_states,
+``final_len - written`` reserved, ``reservation - final_len`` policy
+over-reservation, ``arena_taken - reservation`` allocator rounding (buddy).
+"""
+
+from __future__ import annotations
+
+from allocators.base import MemoryBreakdown
+
+
+def make_breakdown(
+    *,
+    capacity_slots: int,
+    allocated_slots: int,
+    token_states: int,
+    reserved: int,
+    internal_over_reservation: int,
+    internal_rounding: int,
+    memory_blocked: bool,
+    logical_tokens: int,
+    largest_free_extent: int,
+    cached_free_slots: int = 0,
+) -> MemoryBreakdown:
+    """Assemble a breakdown; free slots are external fragmentation iff ``memory_blocked``."""
+    free = capacity_slots - allocated_slots
+    return MemoryBreakdown(
+        capacity_slots=capacity_slots,
+        token_states=token_states,
+        reserved=reserved,
+        internal_over_reservation=internal_over_reservation,
+        internal_rounding=internal_rounding,
+        external_fragmentation=free if memory_blocked else 0,
+        idle=0 if memory_blocked else free,
+        logical_tokens=logical_tokens,
+        allocated_slots=allocated_slots,
+        largest_free_extent=largest_free_extent,
+        cached_free_slots=cached_free_slots,
+    )
+
+
+class PartialBlockLedger:
+    """Partially filled paged blocks: their fill and their owners' fill targets.
+
+    ``fill_sum`` = sum of fills, ``target_sum`` = sum of per-block max targets,
+    ``count`` = number of partial blocks. Every other allocated block is full.
+    """
+
+    __slots__ = ("block_size", "fill", "targets", "fill_sum", "target_sum", "count")
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.fill: dict[int, int] = {}  # partial block -> written slots (1..block_size-1)
+        self.targets: dict[int, list[int]] = {}  # partial block -> each owner's fill target
+        self.fill_sum = 0
+        self.target_sum = 0
+        self.count = 0
+
+    def add_owner(self, block: int, fill: int, target: int) -> None:
+        """An owner whose last block ``block`` holds ``fill`` tokens, to be filled to ``target``."""
+        owners = self.targets.get(block)
+        if owners is None:
+            self.targets[block] = [target]
+            self.fill[block] = fill
+            self.fill_sum += fill
+            self.target_sum += target
+            self.count += 1
+        else:
+            old = max(owners)
+            owners.append(target)
+            if target > old:
+                self.target_sum += target - old
+
+    def remove_owner(self, block: int, target: int) -> None:
+        """The owner with fill target ``target`` no longer uses partial block ``block``."""
+        owners = self.targets[block]
+        if len(owners) == 1:
+            del self.targets[block]
+            self.fill_sum -= self.fill.pop(block)
+            self.target_sum -= owners[0]
+            self.count -= 1
+        else:
+            old = max(owners)
+            owners.remove(target)
+            self.target_sum += max(owners) - old
+
+    def grow_sole(self, block: int, k: int) -> None:
+        """The sole owner of partial ``block`` writes ``k`` more tokens into it (stays partial)."""
+        self.fill[block] += k
+        self.fill_sum += k
+
+    def slots(self, allocated_slots: int) -> tuple[int, int, int]:
+        """(token_states, reserved, rounding) for a pool with ``allocated_slots`` in use."""
+        partial_slots = self.count * self.block_size
+        return (allocated_slots - partial_slots + self.fill_sum,
+                self.target_sum - self.fill_sum,
+                partial_slots - self.target_sum)
+
+
+class ExtentLedger:
+    """Running sums over contiguous reservations (device-resident sequences only)."""
+
+    __slots__ = ("written", "final", "reservation", "taken")
+
+    def __init__(self) -> None:
+        self.written = 0  # sum of written slots          -> token_states (and logical tokens)
+        self.final = 0  # sum of final_len               -> reserved = final - written
+        self.reservation = 0  # sum of policy reservations -> over-reservation = reservation - final
+        self.taken = 0  # sum of arena-taken sizes       -> rounding = taken - reservation
+
+    def add(self, written: int, final: int, reservation: int, taken: int) -> None:
+        self.written += written
+        self.final += final
+        self.reservation += reservation
+        self.taken += taken
+
+    def remove(self, written: int, final: int, reservation: int, taken: int) -> None:
+        self.written -= written
+        self.final -= final
+        self.reservation -= reservation
+        self.taken -= taken

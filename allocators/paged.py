@@ -1,0 +1,358 @@
+"""The paged KV-cache manager (PagedAttention / vLLM style).
+
+Each sequence has a block table; blocks are allocated on demand as tokens arrive,
+so a sequence holding ``n`` tokens owns exactly ``ceil(n / block_size)`` blocks.
+
+Prefix caching: every FULL block gets the cache key ``(parent_chain_hash,
+token_bytes)`` (``parent_chain_hash`` = ``hash()`` of the previous block's key, 0
+for the first block), prompt blocks and decode-produced blocks alike; the manager
+keeps each sequence's partial tail tokens so it can key a block when it fills.
+``admit`` reuses the longest run of cached leading prompt blocks, capped at
+``len(prompt) - 1`` tokens so at least one prompt token is computed.
+NOTE: ``hash()`` of bytes is salted per process (PYTHONHASHSEED), but hits and
+block ids do not depend on hash values (the key comparison checks the token
+bytes), so runs stay deterministic.
+
+Fork shares every block (ref counts up). The first append into a shared, partially
+filled last block copies it (copy-on-write) and returns ``[(src, dst)]``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Sequence
+
+import numpy as np
+
+from allocators.accounting import PartialBlockLedger, make_breakdown
+from allocators.base import Admission, ManagerStats, MemoryBreakdown
+from allocators.block_pool import BlockPool
+
+assert array("i").itemsize == 4, "token buffers assume a 4-byte C int (np.int32 bytes)"
+
+
+def _as_tokens(token_ids: Sequence[int] | np.ndarray) -> array:
+    if isinstance(token_ids, np.ndarray):
+        return array("i", token_ids.astype(np.int32, copy=False).tobytes())
+    return array("i", token_ids)
+
+
+class _Seq:
+    __slots__ = ("table", "num_tokens", "final_len", "prompt_len", "keys", "tail", "cpu_blocks")
+
+    def __init__(self, table: list[int], num_tokens: int, final_len: int, prompt_len: int,
+                 keys: list[tuple], tail: array) -> None:
+        self.table = table  # device block ids; [] while swapped out
+        self.num_tokens = num_tokens  # KV slots written so far
+        self.final_len = final_len  # KV slots when the sequence ends
+        self.prompt_len = prompt_len
+        self.keys = keys  # cache key of each full block (prefix caching only)
+        self.tail = tail  # token ids in the partial last block (prefix caching only)
+        self.cpu_blocks: list[int] | None = None  # CPU block ids while swapped out
+
+
+class PagedKVCacheManager:
+    """Block tables over a ``BlockPool`` of ``num_blocks`` blocks of ``block_size`` slots."""
+
+    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True,
+                 num_cpu_blocks: int = 0, name: str = "paged") -> None:
+        if not isinstance(block_size, int) or block_size <= 0:
+            raise ValueError(f"block_size must be a positive int, got {block_size!r}: "
+                             "use e.g. block_size=16")
+        if not isinstance(num_blocks, int) or num_blocks <= 0:
+            raise ValueError(f"num_blocks must be a positive int, got {num_blocks!r}: the pool "
+                             "needs at least one block (raise the capacity or lower block_size)")
+        if not isinstance(num_cpu_blocks, int) or num_cpu_blocks < 0:
+            raise ValueError(f"num_cpu_blocks must be an int >= 0, got {num_cpu_blocks!r}")
+        self.name = name
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.capacity_slots = num_blocks * block_size
+        self.enable_prefix_caching = bool(enable_prefix_caching)
+        self.num_cpu_blocks = num_cpu_blocks
+        self.pool = BlockPool(num_blocks)
+        self.stats = ManagerStats()
+        self._seqs: dict[int, _Seq] = {}
+        self._cpu_free: list[int] = list(range(num_cpu_blocks - 1, -1, -1))  # pop() -> lowest id
+        self._ledger = PartialBlockLedger(block_size)
+        self._logical = 0  # tokens written, summed over device-resident sequences
+        self._key_bytes = 4 * block_size
+
+    # ---------------------------------------------------------------- queries
+    def _get(self, seq_id: int) -> _Seq:
+        s = self._seqs.get(seq_id)
+        if s is None:
+            raise ValueError(f"unknown seq_id {seq_id!r}: admit it (or fork into it) first")
+        return s
+
+    def _get_resident(self, seq_id: int, what: str) -> _Seq:
+        s = self._get(seq_id)
+        if s.cpu_blocks is not None:
+            raise ValueError(f"cannot {what} seq {seq_id}: it is swapped out; swap_in it first")
+        return s
+
+    def __contains__(self, seq_id: int) -> bool:
+        return seq_id in self._seqs
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self._get(seq_id).num_tokens
+
+    def is_swapped(self, seq_id: int) -> bool:
+        return self._get(seq_id).cpu_blocks is not None
+
+    def block_table(self, seq_id: int) -> list[int]:
+        """A copy of the sequence's block table (empty while swapped out)."""
+        return list(self._get(seq_id).table)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free
+
+    @property
+    def num_free_cpu_blocks(self) -> int:
+        return len(self._cpu_free)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of device blocks allocated."""
+        return 1.0 - self.pool.num_free / self.num_blocks
+
+    def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
+        return -(-final_len // self.block_size) <= self.num_blocks
+
+    def slot_mapping(self, seq_id: int, start: int, end: int) -> list[int]:
+        s = self._get_resident(seq_id, "map slots of")
+        if not 0 <= start <= end <= s.num_tokens:
+            raise ValueError(f"slot range [{start}, {end}) is outside the {s.num_tokens} tokens "
+                             f"written by seq {seq_id}; append the tokens first")
+        bs, table = self.block_size, s.table
+        return [table[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def _target(self, s: _Seq, index: int) -> int:
+        return min(self.block_size, s.final_len - index * self.block_size)
+
+    # ----------------------------------------------------------- life cycle
+    def admit(self, seq_id: int, prompt_token_ids: Sequence[int], final_len: int,
+              num_tokens: int) -> Admission | None:
+        """Start ``seq_id``; allocate blocks for its first ``max(num_tokens, cached)`` tokens.
+
+        The engine computes prompt tokens ``[num_cached_tokens, max(num_tokens,
+        num_cached_tokens))`` this step. Returns None, changing nothing, when short.
+        """
+        if seq_id in self._seqs:
+            raise ValueError(f"seq_id {seq_id!r} is already admitted: free it first or use a new id")
+        prompt_len = len(prompt_token_ids)
+        if prompt_len < 1:
+            raise ValueError(f"seq {seq_id}: empty prompt; every request needs >= 1 prompt token")
+        if final_len < prompt_len:
+            raise ValueError(f"seq {seq_id}: final_len {final_len} < prompt length {prompt_len}; "
+                             "pass final_len = prompt_len + output_len - 1")
+        if not 1 <= num_tokens <= prompt_len:
+            raise ValueError(f"seq {seq_id}: num_tokens {num_tokens} must be in [1, {prompt_len}] "
+                             "(the prompt tokens to hold after this step)")
+        bs, pool = self.block_size, self.pool
+        hits: list[int] = []
+        keys: list[tuple] = []
+        data = b""
+        if self.enable_prefix_caching:
+            data = np.asarray(prompt_token_ids, dtype=np.int32).tobytes()
+            w, parent = self._key_bytes, 0
+            for i in range((prompt_len - 1) // bs):
+                key = (parent, data[i * w:(i + 1) * w])
+                b = pool.lookup(key)
+                if b is None:
+                    break
+                hits.append(b)
+                keys.append(key)
+                parent = hash(key)
+        num_cached = len(hits) * bs
+        n = max(num_tokens, num_cached)
+        need = -(-n // bs) - len(hits)
+        ref = pool.ref_cnt
+        reclaimed = sum(1 for b in hits if ref[b] == 0)  # cached free blocks taken off the queue
+        if need > pool.num_free - reclaimed:
+            return None
+        # Commit. NOTE: touch the hits before allocating so they are not popped for reuse.
+        for b in hits:
+            pool.touch(b)
+        table = hits + pool.allocate(need) if need else hits
+        tail = array("i")
+        if self.enable_prefix_caching:
+            w = self._key_bytes
+            parent = hash(keys[-1]) if keys else 0
+            for i in range(len(hits), n // bs):
+                key = (parent, data[i * w:(i + 1) * w])
+                pool.register(table[i], key)
+                keys.append(key)
+                parent = hash(key)
+            tail.frombytes(data[(n // bs) * w:n * 4])
+        s = _Seq(table, n, final_len, prompt_len, keys, tail)
+        self._seqs[seq_id] = s
+        if n % bs:
+            last = len(table) - 1
+            self._ledger.add_owner(table[last], n - last * bs, self._target(s, last))
+        self._logical += n
+        st = self.stats
+        st.prefix_queried_tokens += prompt_len
+        st.prefix_hit_tokens += num_cached
+        return Admission(num_cached_tokens=num_cached)
+
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[tuple[int, int]] | None:
+        """Make room for ``len(token_ids)`` tokens written this step.
+
+        New blocks are taken only when the last block is full (or would overflow);
+        a shared, partially filled last block is copied first: the return value lists
+        those ``(src_block, dst_block)`` copies. None (nothing changed) when short.
+        """
+        s = self._get_resident(seq_id, "append to")
+        k = len(token_ids)
+        n = s.num_tokens
+        new_n = n + k
+        if new_n > s.final_len:
+            raise ValueError(f"seq {seq_id}: appending {k} tokens to {n} exceeds its final_len "
+                             f"{s.final_len}; the sequence must end (free it) instead")
+        if k == 0:
+            return []
+        bs, pool, table, ledger = self.block_size, self.pool, s.table, self._ledger
+        used = n % bs  # tokens in the last block when it is partial, else 0
+        last = len(table) - 1
+        if used and used + k < bs and pool.ref_cnt[table[last]] == 1:
+            # Fast path: the tokens stay inside the sole-owned partial last block.
+            ledger.grow_sole(table[last], k)
+            copies: list[tuple[int, int]] = []
+        else:
+            cow = 1 if used and pool.ref_cnt[table[last]] > 1 else 0
+            need = -(-new_n // bs) - len(table)
+            if need + cow > pool.num_free:
+                return None
+            copies = []
+            if used:
+                ledger.remove_owner(table[last], self._target(s, last))
+            if cow:
+                src = table[last]
+                dst = pool.allocate(1)[0]
+                pool.free((src,))
+                table[last] = dst
+                copies.append((src, dst))
+                self.stats.cow_copies += 1
+            if need:
+                table.extend(pool.allocate(need))
+            if new_n % bs:
+                last = len(table) - 1
+                ledger.add_owner(table[last], new_n - last * bs, self._target(s, last))
+        s.num_tokens = new_n
+        self._logical += k
+        if self.enable_prefix_caching:
+            tail = s.tail
+            if isinstance(token_ids, np.ndarray) or k > 1:
+                tail.extend(_as_tokens(token_ids))
+            else:
+                tail.append(token_ids[0])
+            if len(tail) >= bs:
+                self._key_full_blocks(s)
+        return copies
+
+    def _key_full_blocks(self, s: _Seq) -> None:
+        """Key and register the blocks the tail buffer has filled."""
+        bs, w, keys, pool, table = self.block_size, self._key_bytes, s.keys, self.pool, s.table
+        tail = s.tail
+        data = tail.tobytes()
+        full = len(tail) // bs
+        parent = hash(keys[-1]) if keys else 0
+        for j in range(full):
+            key = (parent, data[j * w:(j + 1) * w])
+            pool.register(table[len(keys)], key)
+            keys.append(key)
+            parent = hash(key)
+        del tail[:full * bs]
+
+    def fork(self, parent_id: int, child_id: int, final_len: int) -> list[tuple[int, int]]:
+        """``child_id`` shares all of the parent's blocks; never needs memory, returns []."""
+        p = self._get_resident(parent_id, "fork")
+        if child_id in self._seqs:
+            raise ValueError(f"child seq_id {child_id!r} already exists: fork into a new id")
+        if final_len < p.num_tokens:
+            raise ValueError(f"child final_len {final_len} < the {p.num_tokens} tokens it "
+                             f"inherits from seq {parent_id}")
+        c = _Seq(list(p.table), p.num_tokens, final_len, p.prompt_len, list(p.keys),
+                 array("i", p.tail))
+        self._seqs[child_id] = c
+        for b in c.table:
+            self.pool.touch(b)
+        if c.num_tokens % self.block_size:
+            last = len(c.table) - 1
+            self._ledger.add_owner(c.table[last], c.num_tokens - last * self.block_size,
+                                   self._target(c, last))
+        self._logical += c.num_tokens
+        return []
+
+    def _release_device(self, s: _Seq) -> None:
+        if s.num_tokens % self.block_size:
+            last = len(s.table) - 1
+            self._ledger.remove_owner(s.table[last], self._target(s, last))
+        self._logical -= s.num_tokens
+        self.pool.free(reversed(s.table))  # NOTE: tail first, so the tail is evicted first
+        s.table = []
+
+    def free(self, seq_id: int) -> None:
+        s = self._get(seq_id)
+        del self._seqs[seq_id]
+        if s.cpu_blocks is not None:
+            self._cpu_free.extend(reversed(s.cpu_blocks))
+            return
+        self._release_device(s)
+
+    def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:
+        """Copy every block to the CPU pool and free it on the device: ``[(device, cpu)]``."""
+        s = self._get_resident(seq_id, "swap out")
+        m = len(s.table)
+        if m > len(self._cpu_free):
+            return None
+        cpu = [self._cpu_free.pop() for _ in range(m)]
+        mapping = list(zip(s.table, cpu))
+        self._release_device(s)
+        s.cpu_blocks = cpu
+        self.stats.swap_outs += 1
+        self.stats.swapped_out_units += m
+        return mapping
+
+    def swap_in(self, seq_id: int) -> list[tuple[int, int]] | None:
+        """Bring a swapped sequence back into fresh device blocks: ``[(cpu, device)]``.
+
+        Its full blocks are re-registered in the prefix cache when their key is free.
+        Sharing with a fork sibling is not restored (each swap-in gets its own blocks).
+        """
+        s = self._get(seq_id)
+        cpu = s.cpu_blocks
+        if cpu is None:
+            raise ValueError(f"seq {seq_id} is not swapped out; only swap_in after swap_out")
+        table = self.pool.allocate(len(cpu))
+        if table is None:
+            return None
+        s.table = table
+        s.cpu_blocks = None
+        self._cpu_free.extend(reversed(cpu))
+        for b, key in zip(table, s.keys):
+            self.pool.register(b, key)
+        bs = self.block_size
+        if s.num_tokens % bs:
+            last = len(table) - 1
+            self._ledger.add_owner(table[last], s.num_tokens - last * bs, self._target(s, last))
+        self._logical += s.num_tokens
+        self.stats.swap_ins += 1
+        self.stats.swapped_in_units += len(cpu)
+        return list(zip(cpu, table))
+
+    # ------------------------------------------------------------ accounting
+    def breakdown(self, memory_blocked: bool) -> MemoryBreakdown:
+        """O(1). See ``allocators.accounting`` for how shared partial blocks count."""
+        bs, pool = self.block_size, self.pool
+        allocated = (self.num_blocks - pool.num_free) * bs
+        token_states, reserved, rounding = self._ledger.slots(allocated)
+        return make_breakdown(
+            capacity_slots=self.capacity_slots, allocated_slots=allocated,
+            token_states=token_states, reserved=reserved, internal_over_reservation=0,
+            internal_rounding=rounding, memory_blocked=memory_blocked,
+            logical_tokens=self._logical, largest_free_extent=pool.num_free * bs,
+            cached_free_slots=pool.num_cached_free * bs,
+        )

@@ -1,0 +1,162 @@
+"""The engine loop: arrivals -> schedule -> execute -> postprocess -> record."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+
+from harness.config import EngineSpec
+from harness.engine.scheduler import Scheduler, StepPlan
+from harness.engine.sequence import SequenceGroup
+from harness.errors import PagebenchError
+from harness.metrics import RunRecorder
+from harness.workloads.request import Request
+
+
+class Executor(Protocol):
+    name: str
+
+    def execute(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
+        """Run the step; return its duration in seconds and the sampled tokens (or None)."""
+
+
+class EngineStalled(PagebenchError):
+    """Work remains but no step can run: a configuration that can never make progress."""
+
+
+@dataclass
+class EngineRun:
+    """What one system's run produced."""
+
+    recorder: RunRecorder
+    scheduler: Scheduler
+    wall_time_s: float
+    complete: bool = True
+    stop_reason: str | None = None
+    rejected: dict[str, int] = field(default_factory=dict)
+    output_digest: str = ""  # sha256 over every request's generated tokens, in request order
+
+
+def rejection_reason(request: Request, scheduler: Scheduler, spec: EngineSpec,
+                     max_model_len: int) -> str | None:
+    """Why a request can never run on this system, or None if it can."""
+    manager = scheduler.manager
+    width = max(request.num_samples, request.beam_width)
+    if request.kv_len > max_model_len:
+        return "longer_than_max_model_len"
+    if not manager.fits_empty_pool(request.prompt_len, request.kv_len):
+        return "larger_than_pool"
+    if width * request.kv_len > manager.capacity_slots:
+        return "group_larger_than_pool"
+    if width * 1 > spec.max_num_seqs:
+        return "more_sequences_than_max_num_seqs"
+    needs_whole_prefill = width > 1 or not spec.chunked_prefill
+    if needs_whole_prefill and request.kv_len > spec.max_num_batched_tokens:
+        return "prompt_exceeds_max_num_batched_tokens"
+    return None
+
+
+def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Executor,
+               spec: EngineSpec, *, max_model_len: int,
+               on_progress: Callable[[int, float], None] | None = None) -> EngineRun:
+    """Drive ``requests`` through ``scheduler`` and ``executor`` until all finish.
+
+    Time advances by step durations; when nothing runs it jumps to the next
+    arrival. Requests that can never fit are rejected at arrival and counted.
+    """
+    recorder = RunRecorder(scheduler.manager.capacity_slots)
+    groups: dict[int, SequenceGroup] = {}
+    token_digests: dict[int, bytes] = {}
+    rejected: dict[str, int] = {}
+    now = 0.0
+    next_arrival = 0
+    num_requests = len(requests)
+    finished_count = 0
+    wall_start = time.perf_counter()
+    deadline = wall_start + spec.wall_time_limit_s if spec.wall_time_limit_s else None
+    complete, stop_reason = True, None
+    last_progress = wall_start
+
+    while True:
+        while next_arrival < num_requests and requests[next_arrival].arrival_time <= now:
+            request = requests[next_arrival]
+            next_arrival += 1
+            reason = rejection_reason(request, scheduler, spec, max_model_len)
+            if reason is not None:
+                rejected[reason] = rejected.get(reason, 0) + 1
+                recorder.record_request(_request_row(request, None, "rejected"))
+                finished_count += 1
+                continue
+            group = SequenceGroup(request)
+            groups[request.request_id] = group
+            scheduler.add(group)
+        if not scheduler.has_work():
+            if next_arrival >= num_requests:
+                break
+            now = max(now, requests[next_arrival].arrival_time)
+            continue
+        plan = scheduler.schedule()
+        if plan.is_empty:
+            if next_arrival < num_requests and not scheduler.running:
+                now = max(now, requests[next_arrival].arrival_time)
+                continue
+            raise EngineStalled(
+                f"no step can run at t={now:.3f}s with {len(scheduler.waiting)} waiting, "
+                f"{len(scheduler.running)} running and {len(scheduler.swapped)} swapped requests; "
+                "raise engine.max_num_batched_tokens or engine.max_num_seqs, or enable "
+                "engine.chunked_prefill"
+            )
+        duration, sampled = executor.execute(plan)
+        start = now
+        now += duration
+        for group in scheduler.postprocess(plan, now, sampled):
+            recorder.record_request(_request_row(group.request, group, "finished"))
+            token_digests[group.request.request_id] = _tokens_digest(group)
+            groups.pop(group.request.request_id, None)
+            finished_count += 1
+        memory = scheduler.manager.breakdown(plan.memory_blocked)
+        recorder.record_step(start, duration, sum(1 + len(c.members) for c in plan.chunks),
+                             plan.num_batched_tokens, plan.num_prefill_tokens,
+                             len(scheduler.waiting), plan.num_preempted, memory)
+        if on_progress is not None or deadline is not None:
+            wall_now = time.perf_counter()
+            if on_progress is not None and wall_now - last_progress > 0.5:
+                on_progress(finished_count, now)
+                last_progress = wall_now
+            if deadline is not None and wall_now > deadline:
+                complete, stop_reason = False, f"wall_time_limit_s={spec.wall_time_limit_s} reached"
+                break
+
+    for group in groups.values():
+        recorder.record_request(_request_row(group.request, group, "unfinished"))
+    if on_progress is not None:
+        on_progress(finished_count, now)
+    digest = hashlib.sha256()
+    for request_id in sorted(token_digests):
+        digest.update(token_digests[request_id])
+    return EngineRun(recorder, scheduler, time.perf_counter() - wall_start, complete,
+                     stop_reason, rejected, digest.hexdigest())
+
+
+def _tokens_digest(group: SequenceGroup) -> bytes:
+    """sha256 of a finished group's generated tokens, sequences in lineage order."""
+    digest = hashlib.sha256(group.request.request_id.to_bytes(8, "little"))
+    for seq in sorted(group.seqs, key=lambda s: s.lineage):
+        digest.update(len(seq.generated).to_bytes(8, "little"))
+        digest.update(np.asarray(seq.generated, dtype=np.int64).tobytes())
+    return digest.digest()
+
+
+def _request_row(request: Request, group: SequenceGroup | None, status: str) -> tuple:
+    width = max(request.num_samples, request.beam_width)
+    return (
+        request.request_id, request.name, request.arrival_time,
+        group.first_token_time if group else None, group.finish_time if group else None,
+        request.prompt_len, request.output_len, width,
+        group.cached_tokens if group else 0, group.num_preemptions if group else 0,
+        group.num_swaps if group else 0, status,
+    )

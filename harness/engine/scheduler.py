@@ -1,0 +1,343 @@
+"""Iteration-level (continuous-batching) scheduler with preemption.
+
+The scheduler owns the queues and the KV manager; it never touches tensors.
+Each ``schedule()`` returns a ``StepPlan``: which token ranges of which
+sequences run this step, and the block copies/swaps to execute first.
+
+Policy (vLLM-style, FCFS):
+  1. running groups, oldest arrival first, each get their next chunk (one token
+     per sequence when decoding). When memory runs out, the newest running group
+     is preempted (recompute, or swap for single-sequence groups), until the
+     current group fits or is itself the newest;
+  2. if nothing was preempted, swapped groups come back in FCFS order;
+  3. if nothing was preempted and none waits in swap, waiting groups are
+     admitted in FCFS order (head-of-line blocking) within ``max_num_seqs``,
+     ``max_num_batched_tokens`` and memory. ``scheduling=static`` admits only
+     when nothing is running: the no-continuous-batching control.
+
+Multi-sequence groups (parallel sampling, beam search) are admitted whole: the
+prompt is prefilled once and shared by every sequence (forked at admission);
+they are never chunked and are preempted by restarting from scratch.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from allocators.base import KVCacheManager
+from harness.config import EngineSpec
+from harness.engine.sequence import Sequence, SequenceGroup
+
+
+@dataclass(slots=True)
+class ScheduledChunk:
+    """Positions [start, end) of ``seq`` computed this step (shared by ``members``)."""
+
+    seq: Sequence
+    start: int
+    end: int
+    members: tuple[Sequence, ...] = ()
+
+    @property
+    def num_tokens(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """Everything one engine step does, in execution order."""
+
+    swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device block, cpu block)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu block, device block)
+    copies: list[tuple[int, int]] = field(default_factory=list)  # copy-on-write / fork copies
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    num_batched_tokens: int = 0
+    num_prefill_tokens: int = 0
+    num_preempted: int = 0
+    num_swapped_out_groups: int = 0
+    memory_blocked: bool = False
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+
+class Scheduler:
+    """Queues + KV manager; emits step plans and applies their outcome."""
+
+    def __init__(self, manager: KVCacheManager, spec: EngineSpec, *, seed: int = 0,
+                 swap_allowed: bool = True) -> None:
+        self.manager = manager
+        self.spec = spec
+        self.seed = seed
+        self.swap_allowed = swap_allowed and spec.preemption == "swap"
+        self.waiting: deque[SequenceGroup] = deque()
+        self.running: list[SequenceGroup] = []  # sorted by arrival order
+        self.swapped: deque[SequenceGroup] = deque()
+        self.num_running_seqs = 0
+        self._next_seq_id = 0
+        self._pending_copies: list[tuple[int, int]] = []
+        self._beam_rngs: dict[int, random.Random] = {}
+        # counters for results
+        self.num_preemptions = 0
+        self.num_swaps = 0
+        self.prompt_tokens_queried = 0
+        self.prompt_tokens_cached = 0
+
+    # ------------------------------------------------------------------ queues
+    def add(self, group: SequenceGroup) -> None:
+        self.waiting.append(group)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def _new_seq(self, group: SequenceGroup, generated: list[int] | None = None) -> Sequence:
+        seq = Sequence(self._next_seq_id, group, group.next_lineage, generated)
+        self._next_seq_id += 1
+        group.next_lineage += 1
+        return seq
+
+    def _insert_running(self, group: SequenceGroup) -> None:
+        lo, hi = 0, len(self.running)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.running[mid].order <= group.order:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.running.insert(lo, group)
+
+    # --------------------------------------------------------------- schedule
+    def schedule(self) -> StepPlan:
+        plan = StepPlan(copies=self._pending_copies)
+        self._pending_copies = []
+        self._budget = self.spec.max_num_batched_tokens
+        self._scheduled: set[int] = set()
+        static_admission_open = not self.running and not self.swapped
+
+        index = 0
+        while index < len(self.running):
+            group = self.running[index]
+            if self._extend_group(group, plan):
+                index += 1
+                continue
+            victim = self.running[-1]
+            self._preempt(victim, plan)
+            plan.memory_blocked = True
+            if victim is group:
+                break
+
+        if plan.num_preempted == 0:
+            self._swap_in(plan)
+        if plan.num_preempted == 0 and not self.swapped:
+            if self.spec.scheduling == "continuous" or static_admission_open:
+                self._admit(plan)
+        return plan
+
+    def _extend_group(self, group: SequenceGroup, plan: StepPlan) -> bool:
+        """Schedule each sequence's next chunk; False when memory ran out."""
+        chunked = self.spec.chunked_prefill
+        for seq in group.seqs:
+            if seq.seq_id in self._scheduled:
+                continue
+            remaining = seq.num_tokens - seq.num_computed
+            count = min(remaining, self._budget) if chunked else remaining
+            if count <= 0 or count > self._budget:
+                continue  # token budget spent: this sequence waits a step
+            start = seq.num_computed
+            copies = self.manager.append(seq.seq_id, seq.token_ids(start, start + count))
+            if copies is None:
+                return False
+            plan.copies.extend(copies)
+            self._add_chunk(plan, ScheduledChunk(seq, start, start + count))
+        return True
+
+    def _add_chunk(self, plan: StepPlan, chunk: ScheduledChunk) -> None:
+        plan.chunks.append(chunk)
+        self._scheduled.add(chunk.seq.seq_id)
+        self._budget -= chunk.num_tokens
+        plan.num_batched_tokens += chunk.num_tokens
+        if chunk.end < chunk.seq.num_tokens or chunk.num_tokens > 1 or chunk.members:
+            plan.num_prefill_tokens += chunk.num_tokens
+
+    def _unschedule(self, group: SequenceGroup, plan: StepPlan) -> None:
+        ids = {seq.seq_id for seq in group.seqs}
+        if not ids & self._scheduled:
+            return
+        kept = []
+        for chunk in plan.chunks:
+            if chunk.seq.seq_id in ids:
+                self._budget += chunk.num_tokens
+                plan.num_batched_tokens -= chunk.num_tokens
+                if chunk.end < chunk.seq.num_tokens or chunk.num_tokens > 1 or chunk.members:
+                    plan.num_prefill_tokens -= chunk.num_tokens
+            else:
+                kept.append(chunk)
+        plan.chunks[:] = kept
+        self._scheduled -= ids
+
+    def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
+        """Evict ``group`` from the running set: swap it out, or free it for recompute."""
+        self._unschedule(group, plan)
+        self.running.remove(group)
+        self.num_running_seqs -= len(group.seqs)
+        group.num_preemptions += 1
+        self.num_preemptions += 1
+        plan.num_preempted += 1
+        if self.swap_allowed and len(group.seqs) == 1:
+            mapping = self.manager.swap_out(group.seqs[0].seq_id)
+            if mapping is not None:
+                plan.swap_out.extend(mapping)
+                plan.num_swapped_out_groups += 1
+                group.num_swaps += 1
+                self.num_swaps += 1
+                self.swapped.append(group)
+                return
+        for seq in group.seqs:
+            self.manager.free(seq.seq_id)
+        if len(group.seqs) == 1:
+            group.seqs[0].num_computed = 0  # recompute prompt + generated tokens
+        else:
+            group.seqs = []  # restart the whole group from its prompt
+            group.next_lineage = 0
+            self._beam_rngs.pop(group.request.request_id, None)
+        self.waiting.appendleft(group)
+
+    def _swap_in(self, plan: StepPlan) -> None:
+        while self.swapped:
+            group = self.swapped[0]
+            if self.num_running_seqs + len(group.seqs) > self.spec.max_num_seqs:
+                return
+            mapping = self.manager.swap_in(group.seqs[0].seq_id)
+            if mapping is None:
+                plan.memory_blocked = True
+                return
+            self.swapped.popleft()
+            plan.swap_in.extend(mapping)
+            self._insert_running(group)
+            self.num_running_seqs += len(group.seqs)
+            if not self._extend_group(group, plan):
+                plan.memory_blocked = True
+                return
+
+    def _admit(self, plan: StepPlan) -> None:
+        manager = self.manager
+        while self.waiting:
+            group = self.waiting[0]
+            width = group.width
+            if self.num_running_seqs + width > self.spec.max_num_seqs or self._budget <= 0:
+                return
+            restarted = bool(group.seqs)
+            seq = group.seqs[0] if restarted else self._new_seq(group)
+            total = seq.num_tokens
+            if width == 1 and self.spec.chunked_prefill:
+                target = min(total, self._budget)
+            elif total <= self._budget:
+                target = total
+            else:
+                if not restarted:
+                    group.next_lineage = 0
+                    self._next_seq_id -= 1
+                return
+            tokens = seq.token_ids(0, total)
+            admission = manager.admit(seq.seq_id, tokens, seq.final_len, target)
+            if admission is None:
+                if not restarted:
+                    group.next_lineage = 0
+                    self._next_seq_id -= 1
+                plan.memory_blocked = True
+                return
+            members: list[Sequence] = []
+            if width > 1:
+                for _ in range(width - 1):
+                    child = self._new_seq(group)
+                    copies = manager.fork(seq.seq_id, child.seq_id, child.final_len)
+                    if copies is None:
+                        for other in [seq, *members]:
+                            manager.free(other.seq_id)
+                        group.next_lineage = 0
+                        plan.memory_blocked = True
+                        return
+                    plan.copies.extend(copies)
+                    members.append(child)
+            self.waiting.popleft()
+            group.seqs = [seq, *members]
+            cached = admission.num_cached_tokens
+            group.cached_tokens += cached
+            self.prompt_tokens_queried += total
+            self.prompt_tokens_cached += cached
+            seq.num_computed = cached
+            for child in members:
+                child.num_computed = cached
+            self._insert_running(group)
+            self.num_running_seqs += width
+            end = max(target, cached)
+            if end > cached:
+                self._add_chunk(plan, ScheduledChunk(seq, cached, end, tuple(members)))
+            else:  # the whole first chunk was cached: compute the next one if budget allows
+                self._extend_group(group, plan)
+
+    # ------------------------------------------------------------- postprocess
+    def postprocess(self, plan: StepPlan, now: float,
+                    sampled: dict[int, int] | None = None) -> list[SequenceGroup]:
+        """Apply a finished step: advance sequences, sample, fork beams, free finished.
+
+        ``sampled`` maps seq_id -> generated token (torch executor); None uses the
+        sim's deterministic synthetic tokens. Returns the groups that finished.
+        """
+        touched: dict[int, SequenceGroup] = {}
+        for chunk in plan.chunks:
+            for seq in (chunk.seq, *chunk.members):
+                seq.num_computed = chunk.end
+                if chunk.end == seq.num_tokens:
+                    token = sampled[seq.seq_id] if sampled is not None else seq.synthetic_next_token()
+                    seq.generated.append(token)
+                    touched[seq.group.request.request_id] = seq.group
+        finished = []
+        for group in touched.values():
+            if group.first_token_time is None:
+                group.first_token_time = now
+            done = [seq for seq in group.seqs if seq.finished]
+            if done and len(done) == len(group.seqs):
+                for seq in done:
+                    self.manager.free(seq.seq_id)
+                self.running.remove(group)
+                self.num_running_seqs -= len(group.seqs)
+                group.finish_time = now
+                self._beam_rngs.pop(group.request.request_id, None)
+                finished.append(group)
+            elif group.request.beam_width > 1 and len(group.seqs) > 1:
+                self._reselect_beams(group)
+        return finished
+
+    def _reselect_beams(self, group: SequenceGroup) -> None:
+        """Keep k candidates drawn (seeded) from the current beams: drop some, fork others."""
+        rid = group.request.request_id
+        rng = self._beam_rngs.get(rid)
+        if rng is None:
+            rng = self._beam_rngs[rid] = random.Random(self.seed * 1_000_003 + rid)
+        beams = group.seqs
+        picks = sorted(rng.choices(range(len(beams)), k=group.request.beam_width))
+        keep_index = sorted(set(picks))
+        survivors = [beams[i] for i in keep_index]
+        for i, seq in enumerate(beams):
+            if i not in keep_index:
+                self.manager.free(seq.seq_id)
+        children = []
+        seen: set[int] = set()
+        for i in picks:
+            if i in seen:
+                parent = beams[i]
+                child = self._new_seq(group, list(parent.generated))
+                # a different candidate token than the parent's: the beams diverge here
+                child.generated[-1] = child.synthetic_token_at(len(parent.generated) - 1)
+                copies = self.manager.fork(parent.seq_id, child.seq_id, child.final_len)
+                if copies is not None:
+                    child.num_computed = parent.num_computed
+                    self._pending_copies.extend(copies)
+                    children.append(child)
+            seen.add(i)
+        self.num_running_seqs += len(survivors) + len(children) - len(beams)
+        group.seqs = survivors + children

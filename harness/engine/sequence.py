@@ -1,0 +1,92 @@
+"""Sequences and the request-level groups the scheduler moves between queues."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.workloads.request import Request
+
+# Synthetic generated-token ids live above every id a workload uses for prompts
+# (workloads draw below 2**30), so they never collide with prompt ids.
+SYNTHETIC_TOKEN_BASE = 1 << 30
+
+
+class Sequence:
+    """One token stream: the prompt plus what has been generated so far.
+
+    NOTE: ``num_computed`` tokens have their KV written; the sequence needs
+    ``num_tokens - num_computed`` more before it can sample the next token.
+    """
+
+    __slots__ = ("seq_id", "group", "lineage", "prompt", "generated", "num_computed")
+
+    def __init__(self, seq_id: int, group: "SequenceGroup", lineage: int,
+                 generated: list[int] | None = None) -> None:
+        self.seq_id = seq_id
+        self.group = group
+        self.lineage = lineage  # which sample / beam of its request this is
+        self.prompt: np.ndarray = group.request.prompt_token_ids  # [prompt_len] int32
+        self.generated: list[int] = generated if generated is not None else []
+        self.num_computed = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.generated)
+
+    @property
+    def final_len(self) -> int:
+        return self.group.request.kv_len
+
+    @property
+    def finished(self) -> bool:
+        return len(self.generated) >= self.group.request.output_len
+
+    def token_ids(self, start: int, end: int) -> np.ndarray:
+        """Token ids at positions [start, end) as an int32 array."""
+        prompt_len = len(self.prompt)
+        if end <= prompt_len:
+            return self.prompt[start:end]
+        tail = np.asarray(self.generated[max(start - prompt_len, 0):end - prompt_len], dtype=np.int32)
+        if start >= prompt_len:
+            return tail
+        return np.concatenate([self.prompt[start:], tail])
+
+    def synthetic_next_token(self) -> int:
+        """The token the sim executor 'generates' next."""
+        return self.synthetic_token_at(len(self.generated))
+
+    def synthetic_token_at(self, position: int) -> int:
+        """Generated token ``position``: deterministic per request, lineage and position."""
+        request = self.group.request
+        if self.lineage == 0 and request.output_token_ids is not None:
+            return int(request.output_token_ids[position])
+        mix = request.request_id * 1_000_003 + self.lineage * 7_919 + position
+        return SYNTHETIC_TOKEN_BASE + mix % SYNTHETIC_TOKEN_BASE
+
+
+class SequenceGroup:
+    """A request in flight: one sequence, or several for parallel sampling / beams."""
+
+    __slots__ = ("request", "seqs", "first_token_time", "finish_time", "num_preemptions",
+                 "num_swaps", "cached_tokens", "next_lineage", "admitted_time")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.seqs: list[Sequence] = []
+        self.first_token_time: float | None = None
+        self.finish_time: float | None = None
+        self.num_preemptions = 0
+        self.num_swaps = 0
+        self.cached_tokens = 0
+        self.next_lineage = 0
+        self.admitted_time: float | None = None
+
+    @property
+    def order(self) -> int:
+        """Priority: lower = earlier arrival = preempted last."""
+        return self.request.request_id
+
+    @property
+    def width(self) -> int:
+        """Sequences the group runs with once prefilled."""
+        return max(self.request.num_samples, self.request.beam_width)

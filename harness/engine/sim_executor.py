@@ -1,0 +1,72 @@
+"""The ``sim`` executor: turns a step plan into time with a roofline cost model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.config import CostSpec, HardwareSpec, ModelSpec
+from harness.engine.scheduler import StepPlan
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """What one step costs, and the two sides of the roofline."""
+
+    seconds: float
+    flops: float
+    bytes: float
+
+
+class RooflineCostModel:
+    """Step time = overhead + max(FLOPs / effective peak, bytes / effective bandwidth) + swaps.
+
+    FLOPs: 2 * parameters per computed token (the linear layers) plus attention,
+    4 * layers * heads * head_dim per (query token, context token) pair.
+    Bytes: the weights once per step, each scheduled sequence's KV read once,
+    the new tokens' KV written, and block copies (read + write).
+    Swaps move KV over the host link at ``swap_bandwidth_gbps``.
+    """
+
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec,
+                 swap_bandwidth_gbps: float = 25.0) -> None:
+        self.flops_per_token = 2.0 * (model.num_params - model.vocab_size * model.hidden_size)
+        self.attention_flops_per_pair = 4.0 * model.layers * model.num_heads * model.head_dim
+        self.weight_bytes = float(model.weight_bytes)
+        self.bytes_per_slot = float(model.bytes_per_slot)
+        self.peak_flops = hardware.peak_fp16_tflops * 1e12 * cost.compute_efficiency
+        self.bandwidth = hardware.hbm_bandwidth_gbps * 1e9 * cost.bandwidth_efficiency
+        self.overhead = cost.step_overhead_s
+        self.swap_bandwidth = swap_bandwidth_gbps * 1e9
+
+    def step_cost(self, num_tokens: int, attention_pairs: float, kv_read_slots: int,
+                  copied_slots: int = 0, swapped_slots: int = 0) -> StepCost:
+        flops = self.flops_per_token * num_tokens + self.attention_flops_per_pair * attention_pairs
+        moved = (self.weight_bytes + self.bytes_per_slot * (kv_read_slots + num_tokens)
+                 + 2.0 * self.bytes_per_slot * copied_slots)
+        seconds = self.overhead + max(flops / self.peak_flops, moved / self.bandwidth)
+        seconds += self.bytes_per_slot * swapped_slots / self.swap_bandwidth
+        return StepCost(seconds, flops, moved)
+
+
+class SimExecutor:
+    """Advances a virtual clock; generated tokens are the sequences' synthetic ones."""
+
+    name = "sim"
+
+    def __init__(self, cost_model: RooflineCostModel, copy_unit_slots: int) -> None:
+        self.cost_model = cost_model
+        self.copy_unit_slots = copy_unit_slots  # slots per copied unit (block size, or 1)
+
+    def execute(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
+        attention_pairs = 0.0
+        kv_read = 0
+        for chunk in plan.chunks:
+            n, start = chunk.num_tokens, chunk.start
+            # token i (0-based in the chunk) attends to start + i + 1 positions
+            attention_pairs += n * start + n * (n + 1) / 2
+            kv_read += start
+        copied = len(plan.copies) * self.copy_unit_slots
+        swapped = (len(plan.swap_in) + len(plan.swap_out)) * self.copy_unit_slots
+        cost = self.cost_model.step_cost(plan.num_batched_tokens, attention_pairs, kv_read,
+                                         copied, swapped)
+        return cost.seconds, None

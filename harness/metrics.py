@@ -1,0 +1,163 @@
+"""Step and request records, and the summaries results.json reports."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from allocators.base import MemoryBreakdown
+
+# Per-step columns, in table order.
+STEP_COLUMNS = (
+    "step", "time_s", "duration_s", "num_seqs", "num_batched_tokens", "num_prefill_tokens",
+    "num_waiting", "num_preempted", "token_states", "reserved", "internal_over_reservation",
+    "internal_rounding", "external_fragmentation", "idle", "logical_tokens", "allocated_slots",
+    "largest_free_extent", "cached_free_slots",
+)
+MEMORY_CATEGORIES = ("token_states", "reserved", "internal_over_reservation",
+                     "internal_rounding", "external_fragmentation", "idle")
+REQUEST_COLUMNS = (
+    "request_id", "name", "arrival_s", "first_token_s", "finish_s", "prompt_len", "output_len",
+    "num_seqs", "cached_tokens", "preemptions", "swaps", "status",
+)
+
+
+@dataclass
+class RunRecorder:
+    """Collects one row per engine step and one per request, column-wise (cheap appends)."""
+
+    capacity_slots: int
+    steps: dict[str, list] = field(default_factory=lambda: {c: [] for c in STEP_COLUMNS})
+    requests: list[tuple] = field(default_factory=list)
+
+    def record_step(self, time_s: float, duration_s: float, num_seqs: int, num_batched_tokens: int,
+                    num_prefill_tokens: int, num_waiting: int, num_preempted: int,
+                    memory: MemoryBreakdown) -> None:
+        cols = self.steps
+        cols["step"].append(len(cols["step"]))
+        for name, value in (
+            ("time_s", time_s), ("duration_s", duration_s), ("num_seqs", num_seqs),
+            ("num_batched_tokens", num_batched_tokens), ("num_prefill_tokens", num_prefill_tokens),
+            ("num_waiting", num_waiting), ("num_preempted", num_preempted),
+            ("token_states", memory.token_states), ("reserved", memory.reserved),
+            ("internal_over_reservation", memory.internal_over_reservation),
+            ("internal_rounding", memory.internal_rounding),
+            ("external_fragmentation", memory.external_fragmentation), ("idle", memory.idle),
+            ("logical_tokens", memory.logical_tokens), ("allocated_slots", memory.allocated_slots),
+            ("largest_free_extent", memory.largest_free_extent),
+            ("cached_free_slots", memory.cached_free_slots),
+        ):
+            cols[name].append(value)
+
+    def record_request(self, row: tuple) -> None:
+        self.requests.append(row)
+
+    def step_table(self) -> pd.DataFrame:
+        return pd.DataFrame(self.steps, columns=list(STEP_COLUMNS))
+
+    def request_table(self) -> pd.DataFrame:
+        return pd.DataFrame(self.requests, columns=list(REQUEST_COLUMNS)).sort_values(
+            "request_id", kind="stable").reset_index(drop=True)
+
+
+def _round(value: float, digits: int = 6) -> float | None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return round(float(value), digits)
+
+
+def percentiles(values: np.ndarray) -> dict[str, float | None]:
+    """mean, p50, p90, p99 and max of a 1-D array (None when empty)."""
+    if len(values) == 0:
+        return {k: None for k in ("mean", "p50", "p90", "p99", "max")}
+    return {
+        "mean": _round(values.mean()),
+        "p50": _round(np.percentile(values, 50)),
+        "p90": _round(np.percentile(values, 90)),
+        "p99": _round(np.percentile(values, 99)),
+        "max": _round(values.max()),
+    }
+
+
+def memory_summary(steps: pd.DataFrame, capacity_slots: int) -> dict:
+    """Step-duration-weighted memory breakdown in percent (sums to 100) and in slots."""
+    weights = steps["duration_s"].to_numpy(dtype=float)
+    total = weights.sum()
+    if total <= 0:
+        weights = np.ones(len(steps))
+        total = float(len(steps)) or 1.0
+
+    def avg(column: str) -> float:
+        return float((steps[column].to_numpy(dtype=float) * weights).sum() / total)
+
+    slots = {c: avg(c) for c in MEMORY_CATEGORIES}
+    pct = {c: 100.0 * v / capacity_slots for c, v in slots.items()}
+    logical = avg("logical_tokens")
+    physical_tokens = slots["token_states"]
+    out = {
+        "capacity_slots": capacity_slots,
+        "token_states_pct": _round(pct["token_states"], 4),
+        "reserved_pct": _round(pct["reserved"], 4),
+        "internal_fragmentation_pct": _round(pct["internal_over_reservation"] + pct["internal_rounding"], 4),
+        "internal_over_reservation_pct": _round(pct["internal_over_reservation"], 4),
+        "internal_rounding_pct": _round(pct["internal_rounding"], 4),
+        "external_fragmentation_pct": _round(pct["external_fragmentation"], 4),
+        "idle_pct": _round(pct["idle"], 4),
+        "mean_slots": {c: _round(v, 3) for c, v in slots.items()},
+        "block_level_usage_pct": _round(100.0 * avg("allocated_slots") / capacity_slots, 4),
+        "token_level_usage_pct": _round(pct["token_states"], 4),
+        "mean_logical_tokens": _round(logical, 3),
+        "sharing_savings_pct": _round(100.0 * (1.0 - physical_tokens / logical) if logical > 0 else 0.0, 4),
+        "mean_largest_free_extent_slots": _round(avg("largest_free_extent"), 3),
+        "peak_token_states_slots": int(steps["token_states"].max()) if len(steps) else 0,
+    }
+    return out
+
+
+def serving_summary(steps: pd.DataFrame, requests: pd.DataFrame) -> dict:
+    """Throughput, latency percentiles and batch sizes."""
+    done = requests[requests["status"] == "finished"]
+    makespan = float(done["finish_s"].max()) if len(done) else 0.0
+    out_tokens = float((done["output_len"] * done["num_seqs"]).sum())
+    prompt_tokens = float(done["prompt_len"].sum())
+    ttft = (done["first_token_s"] - done["arrival_s"]).to_numpy(dtype=float)
+    e2e = (done["finish_s"] - done["arrival_s"]).to_numpy(dtype=float)
+    multi = done["output_len"] > 1
+    tpot = ((done["finish_s"] - done["first_token_s"])[multi]
+            / (done["output_len"][multi] - 1)).to_numpy(dtype=float)
+    normalized = e2e / done["output_len"].to_numpy(dtype=float) if len(done) else np.array([])
+    weights = steps["duration_s"].to_numpy(dtype=float)
+    batch = steps["num_seqs"].to_numpy(dtype=float)
+    mean_batch = float((batch * weights).sum() / weights.sum()) if weights.sum() > 0 else 0.0
+    return {
+        "requests": {
+            "finished": int(len(done)),
+            "rejected": int((requests["status"] == "rejected").sum()),
+            "unfinished": int((requests["status"] == "unfinished").sum()),
+        },
+        "throughput": {
+            "makespan_s": _round(makespan),
+            "requests_per_s": _round(len(done) / makespan if makespan > 0 else 0.0),
+            "output_tokens_per_s": _round(out_tokens / makespan if makespan > 0 else 0.0),
+            "total_tokens_per_s": _round((out_tokens + prompt_tokens) / makespan if makespan > 0 else 0.0),
+        },
+        "latency": {
+            "ttft_s": percentiles(ttft),
+            "tpot_s": percentiles(tpot),
+            "e2e_s": percentiles(e2e),
+            "normalized_s_per_token": percentiles(normalized),
+        },
+        "batch": {
+            "mean_seqs": _round(mean_batch, 4),
+            "max_seqs": int(batch.max()) if len(batch) else 0,
+            "mean_batched_tokens": _round(
+                float((steps["num_batched_tokens"].to_numpy(float) * weights).sum() / weights.sum())
+                if weights.sum() > 0 else 0.0, 4),
+        },
+        "steps": int(len(steps)),
+        "simulated_time_s": _round(float(steps["time_s"].iloc[-1] + steps["duration_s"].iloc[-1])
+                                   if len(steps) else 0.0),
+    }

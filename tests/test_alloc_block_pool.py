@@ -1,0 +1,86 @@
+"""BlockPool: exact block ids, free-queue order, LRU eviction of cached blocks."""
+
+import pytest
+
+from allocators.block_pool import BlockPool
+
+
+def test_initial_free_queue_is_ascending_and_allocation_pops_the_head():
+    pool = BlockPool(11)
+    assert pool.free_queue() == list(range(11))
+    assert pool.allocate(3) == [0, 1, 2]
+    assert pool.free_queue() == list(range(3, 11))
+    assert pool.num_free == 8
+    assert [pool.ref_cnt[b] for b in (0, 1, 2, 3)] == [1, 1, 1, 0]
+
+
+def test_allocate_more_than_free_returns_none_and_changes_nothing():
+    pool = BlockPool(4)
+    pool.allocate(3)
+    assert pool.allocate(2) is None
+    assert pool.free_queue() == [3]
+    assert pool.num_free == 1
+
+
+def test_freed_blocks_join_the_tail_in_the_given_order():
+    pool = BlockPool(6)
+    blocks = pool.allocate(4)
+    pool.free(reversed(blocks))  # a request's blocks, tail first
+    assert pool.free_queue() == [4, 5, 3, 2, 1, 0]
+    assert pool.allocate(3) == [4, 5, 3]
+
+
+def test_shared_block_returns_to_the_queue_only_at_ref_zero():
+    pool = BlockPool(3)
+    (b,) = pool.allocate(1)
+    pool.touch(b)
+    assert pool.ref_cnt[b] == 2
+    pool.free([b])
+    assert pool.free_queue() == [1, 2]
+    pool.free([b])
+    assert pool.free_queue() == [1, 2, 0]
+
+
+def test_touch_removes_a_free_block_from_the_middle_of_the_queue():
+    pool = BlockPool(5)
+    pool.touch(2)
+    assert pool.free_queue() == [0, 1, 3, 4]
+    assert pool.num_free == 4 and pool.ref_cnt[2] == 1
+    pool.touch(0)
+    pool.touch(4)
+    assert pool.free_queue() == [1, 3]
+    assert pool.allocate(2) == [1, 3]
+    assert pool.free_queue() == [] and pool.allocate(1) is None
+
+
+def test_cached_blocks_keep_their_key_when_freed_until_popped_least_recently_freed_first():
+    pool = BlockPool(4)
+    a, b, c, d = pool.allocate(4)
+    for blk, name in ((a, b"a"), (b, b"b"), (c, b"c")):
+        assert pool.register(blk, (0, name))
+    pool.free([b])
+    pool.free([a])
+    pool.free([c, d])
+    assert pool.free_queue() == [b, a, c, d]
+    assert pool.num_cached_free == 3 and pool.num_cached_blocks == 3
+    assert pool.lookup((0, b"a")) == a
+    (first,) = pool.allocate(1)  # evicts b, the least recently freed
+    assert first == b and pool.lookup((0, b"b")) is None and pool.key_of(b) is None
+    assert pool.num_cached_free == 2
+    pool.touch(c)  # a hit on a free cached block keeps its key
+    assert pool.lookup((0, b"c")) == c and pool.num_cached_free == 1
+    assert pool.free_queue() == [a, d]
+
+
+def test_register_keeps_one_block_per_key():
+    pool = BlockPool(2)
+    x, y = pool.allocate(2)
+    assert pool.register(x, (0, b"t"))
+    assert not pool.register(y, (0, b"t"))
+    assert pool.lookup((0, b"t")) == x and pool.key_of(y) is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0])
+def test_bad_pool_size_is_a_value_error(bad):
+    with pytest.raises(ValueError, match="num_blocks"):
+        BlockPool(bad)
