@@ -76,6 +76,14 @@ class BlockPool:
             b = nxt[b]
         return out
 
+    def cached_flags_at_head(self, n: int) -> list[bool]:
+        """Whether each of the next ``n`` blocks to be allocated still holds a cache key. O(n)."""
+        out, nxt, keys, b = [], self._next, self._keys, self._next[self._head]
+        for _ in range(min(n, self.num_free)):
+            out.append(keys[b] is not None)
+            b = nxt[b]
+        return out
+
     # ------------------------------------------------------------- allocation
     def allocate(self, n: int) -> list[int] | None:
         """Pop ``n`` blocks from the head of the free queue (ref count 1 each).

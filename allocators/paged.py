@@ -117,6 +117,11 @@ class PagedKVCacheManager:
         """Fraction of device blocks allocated."""
         return 1.0 - self.pool.num_free / self.num_blocks
 
+    def can_append_without_copy(self, seq_id: int) -> bool:
+        """False when the next append must copy a shared, partially filled last block."""
+        s = self._get_resident(seq_id, "append to")
+        return not (s.num_tokens % self.block_size and self.pool.ref_cnt[s.table[-1]] > 1)
+
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         return -(-final_len // self.block_size) <= self.num_blocks
 

@@ -169,6 +169,7 @@ class EngineSpec:
     swap_space_gib: float = 4.0
     max_model_len: int | None = None
     wall_time_limit_s: float | None = None
+    fast_forward: bool = True
     cost: CostSpec = field(default_factory=CostSpec)
 
     def validate(self, where: str) -> None:

@@ -52,6 +52,15 @@ class RunRecorder:
         ):
             cols[name].append(value)
 
+    def record_steps(self, **columns) -> None:
+        """Append several steps at once: one equal-length array per column except ``step``."""
+        cols = self.steps
+        first = len(cols["step"])
+        count = len(columns["time_s"])
+        cols["step"].extend(range(first, first + count))
+        for name, values in columns.items():
+            cols[name].extend(values.tolist())
+
     def record_request(self, row: tuple) -> None:
         self.requests.append(row)
 

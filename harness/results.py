@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -61,4 +62,48 @@ def read_results(path: Path) -> dict:
     for key in ("systems", "workload"):
         if key not in data:
             raise InputError(f"missing key {key!r}", path=str(path), field=key)
+        if not isinstance(data[key], dict):
+            raise InputError(f"must be a mapping, got {type(data[key]).__name__}",
+                             path=str(path), field=key)
+    for name, summary in data["systems"].items():
+        if not isinstance(summary, dict) or not isinstance(summary.get("memory"), dict):
+            raise InputError("must be a mapping with a 'memory' summary", path=str(path),
+                             field=f"systems.{name}")
     return data
+
+
+# Config keys that cannot change results (they are left out of the hash).
+_NOT_HASHED = ("progress",)
+
+
+def config_hash(cfg: Any) -> str:
+    """sha256 of the resolved config (minus display-only keys): the identity of a job.
+
+    A re-run of a sweep skips a job whose run directory already holds complete
+    results with the same hash (see ``existing_complete_results``).
+    """
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # pragma: no cover - hydra-core is a dependency
+        pass
+    plain = {k: v for k, v in dict(cfg).items() if k not in _NOT_HASHED}
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def existing_complete_results(out_dir: Path, cfg_hash: str) -> Path | None:
+    """``out_dir/results.json`` if it is complete and was made from the same config."""
+    path = Path(out_dir) / "results.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # unreadable: run again and overwrite it
+    if (isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION
+            and data.get("complete") is True and data.get("config_hash") == cfg_hash):
+        return path
+    return None

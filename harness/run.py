@@ -18,7 +18,8 @@ from harness.engine.scheduler import Scheduler
 from harness.engine.executors import make_executor
 from harness.errors import ConfigError
 from harness.metrics import memory_summary, serving_summary
-from harness.results import SCHEMA_VERSION, write_json, write_table
+from harness.interrupts import deferred_interrupt
+from harness.results import SCHEMA_VERSION, config_hash, write_json, write_table
 from harness.systems import build_manager
 
 TOP_LEVEL_KEYS = {"workload", "model", "hardware", "engine", "allocator", "run", "block_size",
@@ -71,6 +72,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
         "schema_version": SCHEMA_VERSION,
         "pagebench_version": __version__,
         "complete": True,
+        "config_hash": config_hash(cfg),
         "executor": engine.executor,
         "seed": seed,
         "block_size": block_size,
@@ -87,26 +89,29 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
         "platform": platform.platform(), "systems": {},
     }
     total_start = time.perf_counter()
-    try:
-        for system in systems:
-            run = _run_one(system, workload, model, hardware, engine, capacity, max_model_len,
-                           seed, show_progress)
-            results["systems"][system.name] = _system_summary(system, run, capacity)
-            results["complete"] &= run.complete
-            steps, requests = run.recorder.step_table(), run.recorder.request_table()
-            write_table(out_dir / f"steps_{system.name}.csv", steps)
-            write_table(out_dir / f"requests_{system.name}.csv", requests)
-            run_info["systems"][system.name] = {
-                "wall_time_s": round(run.wall_time_s, 3),
-                "steps_per_s": round(len(steps) / run.wall_time_s, 1) if run.wall_time_s else None,
-            }
-            print(f"  {system.name}: {len(steps)} steps in {run.wall_time_s:.2f} s wall "
-                  f"({run_info['systems'][system.name]['steps_per_s']} simulated steps/s)",
-                  file=sys.stderr)
-    except KeyboardInterrupt:
-        results["complete"] = False
-        results["stop_reason"] = "interrupted"
-        print("interrupted: writing what has finished, marked incomplete", file=sys.stderr)
+    with deferred_interrupt() as interrupt:
+        try:
+            for system in systems:
+                run = _run_one(system, workload, model, hardware, engine, capacity, max_model_len,
+                               seed, show_progress, interrupt.check)
+                results["systems"][system.name] = _system_summary(system, run, capacity)
+                results["complete"] &= run.complete
+                steps, requests = run.recorder.step_table(), run.recorder.request_table()
+                write_table(out_dir / f"steps_{system.name}.csv", steps)
+                write_table(out_dir / f"requests_{system.name}.csv", requests)
+                run_info["systems"][system.name] = {
+                    "wall_time_s": round(run.wall_time_s, 3),
+                    "steps_per_s": round(len(steps) / run.wall_time_s, 1) if run.wall_time_s else None,
+                }
+                print(f"  {system.name}: {len(steps)} steps in {run.wall_time_s:.2f} s wall "
+                      f"({run_info['systems'][system.name]['steps_per_s']} simulated steps/s)",
+                      file=sys.stderr)
+                if run.stop_reason == "interrupted":
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            results["complete"] = False
+            results["stop_reason"] = "interrupted"
+            print("interrupted: writing what has run, marked incomplete", file=sys.stderr)
     run_info["wall_time_s"] = round(time.perf_counter() - total_start, 3)
     write_json(out_dir / "results.json", results)
     write_json(out_dir / "run_info.json", run_info)
@@ -119,7 +124,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
 
 def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareSpec,
              engine: EngineSpec, capacity: int, max_model_len: int, seed: int,
-             show_progress: bool) -> EngineRun:
+             show_progress: bool, stop_requested=None) -> EngineRun:
     manager = build_manager(system, capacity, model, engine, max_model_len)
     scheduler = Scheduler(manager, engine, seed=seed)
     executor = make_executor(engine, system, model, hardware, manager, seed=seed)
@@ -138,7 +143,8 @@ def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareS
 
     try:
         return run_engine(workload.requests, scheduler, executor, engine,
-                          max_model_len=max_model_len, on_progress=on_progress)
+                          max_model_len=max_model_len, on_progress=on_progress,
+                          stop_requested=stop_requested)
     finally:
         if bar is not None:
             bar.close()

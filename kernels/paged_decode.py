@@ -72,7 +72,7 @@ def _decode_kernel(
     QUERY_GROUP: tl.constexpr, HEAD_CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, TILE_N: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr, USE_WINDOW: tl.constexpr,
-    USE_ALIBI: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_ALIBI: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_CHUNKS
@@ -88,6 +88,8 @@ def _decode_kernel(
 
     q = tl.load(q_ptr + seq.to(tl.int64) * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
                 mask=qd_mask, other=0.0)  # [BLOCK_M, HEAD_DIM_PAD]
+    if DOT_UPCAST:
+        q = q.to(tl.float32)
 
     context_len = tl.load(context_lens_ptr + seq).to(tl.int32)
     first_token = 0
@@ -125,6 +127,8 @@ def _decode_kernel(
             v_rows = (seq_start + offs_n) * stride_vb
         kv_mask = visible[:, None] & d_mask[None, :]
         k = tl.load(k_base + k_rows[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)  # [TILE_N, D]
+        if DOT_UPCAST:
+            k = k.to(tl.float32)
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [BLOCK_M, TILE_N]
         if USE_ALIBI:
             rel = (offs_n - (context_len - 1)).to(tl.float32)
@@ -136,7 +140,11 @@ def _decode_kernel(
         p = tl.exp2(scores - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_base + v_rows[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        p = p.to(v.dtype)
+        if DOT_UPCAST:
+            p = p.to(tl.float32)
+            v = v.to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
         m_i = m_new
 
     if SPLIT:
@@ -213,6 +221,9 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
     if num_seqs == 0:
         return out
     split = num_splits > 1
+    # NOTE: Triton's interpreter multiplies bf16 dot operands wrongly (3.x); there the bf16
+    # values are upcast to fp32 before the dots -- the same products, fp32 accumulation.
+    dot_upcast = q.dtype == torch.bfloat16 and rt.interpreter_active()
     if split:
         part_out = torch.empty(num_seqs, num_heads, num_splits, head_dim_pad, dtype=torch.float32, device=device)
         part_m = torch.empty(num_seqs, num_heads, num_splits, dtype=torch.float32, device=device)
@@ -240,7 +251,7 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, TILE_N=tile_n,
         BLOCK_SIZE=block_size, PAGED=paged, USE_WINDOW=sliding_window is not None,
         USE_ALIBI=alibi_slopes is not None, SPLIT=split,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 or dot_upcast else "tf32", DOT_UPCAST=dot_upcast,
         num_warps=4,
     )
     if split:

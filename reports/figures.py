@@ -1,14 +1,20 @@
-"""Matplotlib figures of a run, with one colour per system and per memory category."""
+"""Matplotlib figures of a run, with one colour per system and per memory category.
+
+Every figure has labelled axes with units and a legend; a system has the same colour
+in every figure of every report (run and sweep), see ``system_colors``.
+"""
 
 from __future__ import annotations
 
 import base64
 import io
+import zlib
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -28,43 +34,75 @@ CATEGORY_LABELS = {
     "external_fragmentation": "external fragmentation",
     "idle": "idle (free, nothing waiting)",
 }
-_PALETTE = plt.get_cmap("tab10").colors
+# The default systems keep these colours everywhere; other names get free palette slots.
+FIXED_SYSTEM_COLORS = {
+    "paged": "#1f77b4",
+    "paged_noprefix": "#17becf",
+    "max": "#d62728",
+    "pow2": "#ff7f0e",
+    "oracle": "#2ca02c",
+}
+_PALETTE = ["#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#393b79", "#637939",
+            "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d"]
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 
 
-def system_colors(names: list[str]) -> dict[str, tuple]:
-    """A stable colour per system name (same order -> same colour in every figure)."""
-    return {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(names)}
+def system_colors(names: list[str]) -> dict[str, str]:
+    """A colour per system that depends on its name only (so it matches across reports).
+
+    Known systems have fixed colours; any other name hashes to a palette slot, moving
+    to the next free slot on a clash within ``names``.
+    """
+    colors = {n: FIXED_SYSTEM_COLORS[n] for n in names if n in FIXED_SYSTEM_COLORS}
+    used = set(colors.values())
+    for name in names:
+        if name in colors:
+            continue
+        start = zlib.crc32(name.encode()) % len(_PALETTE)
+        for k in range(len(_PALETTE)):
+            candidate = _PALETTE[(start + k) % len(_PALETTE)]
+            if candidate not in used or k == len(_PALETTE) - 1:
+                break
+        colors[name] = candidate
+        used.add(candidate)
+    return colors
 
 
 def to_data_uri(fig: Figure) -> str:
     """A figure as an inline PNG data URI; closes the figure."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _legend_right(ax, **kwargs) -> None:
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, **kwargs)
 
 
 def breakdown_bars(systems: dict[str, dict]) -> Figure:
     """Step-weighted memory breakdown, one stacked bar per system (percent of the pool)."""
     names = list(systems)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(names), 4.2))
-    bottoms = [0.0] * len(names)
+    fig, ax = plt.subplots(figsize=(2.2 + 1.2 * len(names), 4.2))
+    bottoms = np.zeros(len(names))
     for category, color in CATEGORY_COLORS.items():
-        values = [systems[n]["memory"][f"{category}_pct"] or 0.0 for n in names]
+        values = np.array([systems[n]["memory"].get(f"{category}_pct") or 0.0 for n in names])
         ax.bar(names, values, bottom=bottoms, color=color, label=CATEGORY_LABELS[category],
                edgecolor="white", linewidth=0.5)
-        bottoms = [b + v for b, v in zip(bottoms, values)]
+        bottoms += values
+    ax.set_xlabel("system")
     ax.set_ylabel("share of KV pool (%, step-time weighted)")
     ax.set_ylim(0, 100)
     ax.set_title("Where the KV memory goes")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    _legend_right(ax)
     return fig
 
 
 def memory_timelines(steps: dict[str, pd.DataFrame], capacity: dict[str, int]) -> Figure:
     """Memory categories over simulated time, one panel per system (stacked areas)."""
     names = list(steps)
-    fig, axes = plt.subplots(len(names), 1, figsize=(8, 2.1 * len(names) + 0.6), sharex=True,
+    fig, axes = plt.subplots(len(names), 1, figsize=(8, 1.9 * len(names) + 0.8), sharex=True,
                              squeeze=False)
     for ax, name in zip(axes[:, 0], names):
         frame = _thin(steps[name])
@@ -74,30 +112,122 @@ def memory_timelines(steps: dict[str, pd.DataFrame], capacity: dict[str, int]) -
         ax.set_ylim(0, 100)
         ax.set_ylabel("% of pool")
         ax.set_title(name, fontsize=9, loc="left")
-    axes[-1, 0].set_xlabel("simulated time (s)")
-    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    axes[-1, 0].set_xlabel("time (s)")
+    _legend_right(axes[0, 0])
     fig.suptitle("KV memory over time")
     return fig
 
 
 def line_over_time(steps: dict[str, pd.DataFrame], column: str, ylabel: str, title: str,
-                   colors: dict[str, tuple], scale: dict[str, float] | None = None) -> Figure:
-    """One line per system of a step column over simulated time."""
+                   colors: dict[str, str], scale: dict[str, float] | None = None,
+                   cumulative: bool = False) -> Figure:
+    """One line per system of a step column over time (optionally its running sum)."""
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for name, frame in steps.items():
-        frame = _thin(frame)
+        values = frame[column].cumsum() if cumulative else frame[column]
         factor = scale[name] if scale else 1.0
-        ax.plot(frame["time_s"], frame[column] * factor, color=colors[name], label=name,
-                linewidth=1)
-    ax.set_xlabel("simulated time (s)")
+        sub = _thin(pd.DataFrame({"time_s": frame["time_s"], "v": values * factor}))
+        ax.plot(sub["time_s"], sub["v"], color=colors[name], label=name, linewidth=1.1,
+                drawstyle="steps-post")
+    ax.set_xlabel("time (s)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8, frameon=False)
+    ax.set_ylim(bottom=0)
+    _legend_right(ax)
     return fig
 
 
-def _thin(frame: pd.DataFrame, max_points: int = 4000) -> pd.DataFrame:
-    """At most ``max_points`` evenly spaced rows, so long runs plot quickly."""
+def grouped_bars(systems: dict[str, dict], series: dict[str, callable], ylabel: str, title: str,
+                 colors: dict[str, str], log: bool = False) -> Figure:
+    """Groups on x (one per entry of ``series``), one bar per system in system colours."""
+    names = list(systems)
+    groups = list(series)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 + 1.1 * len(groups) * max(1, len(names)) / 3), 3.4))
+    width = 0.8 / max(1, len(names))
+    x = np.arange(len(groups))
+    for i, name in enumerate(names):
+        values = [series[g](systems[name]) for g in groups]
+        values = [np.nan if v is None else v for v in values]
+        ax.bar(x + (i - (len(names) - 1) / 2) * width, values, width, color=colors[name],
+               label=name)
+    ax.set_xticks(x, groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if log:
+        ax.set_yscale("log")
+    _legend_right(ax)
+    return fig
+
+
+def panel_bars(systems: dict[str, dict], panels: list[tuple[str, callable]], title: str,
+               colors: dict[str, str]) -> Figure:
+    """Side-by-side panels, each one bar per system (the panel title is the y label)."""
+    names = list(systems)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.6, 3.3), squeeze=False)
+    for ax, (label, get) in zip(axes[0], panels):
+        values = [get(systems[n]) for n in names]
+        ax.bar(names, [np.nan if v is None else v for v in values],
+               color=[colors[n] for n in names])
+        ax.set_ylabel(label)
+        ax.set_xlabel("system")
+        ax.tick_params(axis="x", labelrotation=30)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names]
+    fig.legend(handles, names, loc="upper right", fontsize=8, frameon=False,
+               bbox_to_anchor=(1.0, 1.0), ncol=min(len(names), 6))
+    fig.suptitle(title, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    return fig
+
+
+def latency_percentiles(systems: dict[str, dict], colors: dict[str, str]) -> Figure:
+    """TTFT, TPOT and end-to-end latency at p50/p90/p99, one bar per system."""
+    kinds = [("ttft_s", "TTFT (s)"), ("tpot_s", "TPOT (s/token)"), ("e2e_s", "end-to-end (s)")]
+    names = list(systems)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    width = 0.8 / max(1, len(names))
+    pcts = ["p50", "p90", "p99"]
+    x = np.arange(len(pcts))
+    for ax, (key, label) in zip(axes, kinds):
+        for i, name in enumerate(names):
+            lat = systems[name].get("latency", {}).get(key, {})
+            values = [lat.get(p) if lat.get(p) is not None else np.nan for p in pcts]
+            ax.bar(x + (i - (len(names) - 1) / 2) * width, values, width, color=colors[name],
+                   label=name)
+        ax.set_xticks(x, pcts)
+        ax.set_xlabel("percentile")
+        ax.set_ylabel(label)
+        ax.set_title(label.split(" (")[0])
+    axes[-1].legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle("Latency percentiles")
+    fig.tight_layout()
+    return fig
+
+
+def latency_cdf(requests: dict[str, pd.DataFrame], colors: dict[str, str]) -> Figure:
+    """CDF of normalized latency (end-to-end / output tokens) of finished requests."""
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    for name, frame in requests.items():
+        done = frame[frame["status"] == "finished"]
+        if done.empty:
+            continue
+        values = np.sort(((done["finish_s"] - done["arrival_s"]) / done["output_len"]).to_numpy(float))
+        ax.plot(values, np.arange(1, len(values) + 1) / len(values), color=colors[name],
+                label=name, linewidth=1.3, drawstyle="steps-post")
+    ax.set_xscale("log")
+    ax.set_xlabel("normalized latency (s per output token, log scale)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Normalized latency distribution")
+    _legend_right(ax)
+    return fig
+
+
+def _thin(frame: pd.DataFrame, max_points: int = 3000) -> pd.DataFrame:
+    """At most ~``max_points`` evenly spaced rows (always the last), so long runs plot quickly."""
     if len(frame) <= max_points:
         return frame
-    return frame.iloc[:: len(frame) // max_points + 1]
+    stride = len(frame) // max_points + 1
+    index = list(range(0, len(frame), stride))
+    if index[-1] != len(frame) - 1:
+        index.append(len(frame) - 1)
+    return frame.iloc[index]

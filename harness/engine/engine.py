@@ -10,6 +10,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from harness.config import EngineSpec
+from harness.engine.fast_forward import fast_forward, plan_allows_fast_forward
 from harness.engine.scheduler import Scheduler, StepPlan
 from harness.engine.sequence import SequenceGroup
 from harness.errors import PagebenchError
@@ -62,11 +63,14 @@ def rejection_reason(request: Request, scheduler: Scheduler, spec: EngineSpec,
 
 def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Executor,
                spec: EngineSpec, *, max_model_len: int,
-               on_progress: Callable[[int, float], None] | None = None) -> EngineRun:
+               on_progress: Callable[[int, float], None] | None = None,
+               stop_requested: Callable[[], str | None] | None = None) -> EngineRun:
     """Drive ``requests`` through ``scheduler`` and ``executor`` until all finish.
 
     Time advances by step durations; when nothing runs it jumps to the next
     arrival. Requests that can never fit are rejected at arrival and counted.
+    ``stop_requested`` (checked after each step) returns a reason to stop early,
+    e.g. "interrupted" on Ctrl-C; the run then ends incomplete with what it has.
     """
     recorder = RunRecorder(scheduler.manager.capacity_slots)
     groups: dict[int, SequenceGroup] = {}
@@ -80,6 +84,7 @@ def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Ex
     deadline = wall_start + spec.wall_time_limit_s if spec.wall_time_limit_s else None
     complete, stop_reason = True, None
     last_progress = wall_start
+    bulk = spec.fast_forward and hasattr(executor, "decode_durations")
 
     while True:
         while next_arrival < num_requests and requests[next_arrival].arrival_time <= now:
@@ -113,7 +118,8 @@ def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Ex
         duration, sampled = executor.execute(plan)
         start = now
         now += duration
-        for group in scheduler.postprocess(plan, now, sampled):
+        finished = scheduler.postprocess(plan, now, sampled)
+        for group in finished:
             recorder.record_request(_request_row(group.request, group, "finished"))
             token_digests[group.request.request_id] = _tokens_digest(group)
             groups.pop(group.request.request_id, None)
@@ -122,6 +128,16 @@ def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Ex
         recorder.record_step(start, duration, sum(1 + len(c.members) for c in plan.chunks),
                              plan.num_batched_tokens, plan.num_prefill_tokens,
                              len(scheduler.waiting), plan.num_preempted, memory)
+        if bulk and plan_allows_fast_forward(plan, scheduler, bool(finished)):
+            arrival = requests[next_arrival].arrival_time if next_arrival < num_requests else None
+            advanced = fast_forward(scheduler, executor, recorder, plan, now, arrival)
+            if advanced is not None:
+                now = advanced
+        if stop_requested is not None:
+            reason = stop_requested()
+            if reason:
+                complete, stop_reason = False, reason
+                break
         if on_progress is not None or deadline is not None:
             wall_now = time.perf_counter()
             if on_progress is not None and wall_now - last_progress > 0.5:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from harness.config import CostSpec, HardwareSpec, ModelSpec
 from harness.engine.scheduler import StepPlan
 
@@ -48,6 +50,18 @@ class RooflineCostModel:
         return StepCost(seconds, flops, moved)
 
 
+    def decode_seconds(self, sum_positions: int, num_seqs: int, span: int) -> np.ndarray:
+        """Durations of ``span`` pure-decode steps ([span] float64), the same arithmetic as
+        ``step_cost``: ``num_seqs`` sequences whose positions sum to ``sum_positions``
+        before the first step, each appending one token per step."""
+        steps = np.arange(span, dtype=np.int64)
+        kv_read = (sum_positions + num_seqs * steps).astype(np.float64)
+        pairs = kv_read + num_seqs
+        flops = self.flops_per_token * num_seqs + self.attention_flops_per_pair * pairs
+        moved = self.weight_bytes + self.bytes_per_slot * (kv_read + num_seqs)
+        return self.overhead + np.maximum(flops / self.peak_flops, moved / self.bandwidth)
+
+
 class SimExecutor:
     """Advances a virtual clock; generated tokens are the sequences' synthetic ones."""
 
@@ -70,3 +84,7 @@ class SimExecutor:
         cost = self.cost_model.step_cost(plan.num_batched_tokens, attention_pairs, kv_read,
                                          copied, swapped)
         return cost.seconds, None
+
+    def decode_durations(self, sum_positions: int, num_seqs: int, span: int) -> np.ndarray:
+        """Durations of ``span`` steady decode steps, for fast-forwarding."""
+        return self.cost_model.decode_seconds(sum_positions, num_seqs, span)

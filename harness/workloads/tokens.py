@@ -10,7 +10,7 @@ a keyed bijection of a counter over a 30-bit space, so:
   (Mooncake ``hash_ids``);
 - a shared prefix is simply the same array reused (docqa's system prompt).
 
-NOTE: ids lie in [0, 2**30): the engine's synthetic generated tokens live at
+NOTE: ids lie in [0, 2**30) (hash-derived below 2**29, fresh above): the engine's synthetic generated tokens live at
 2**30 and above (``harness.engine.sequence.SYNTHETIC_TOKEN_BASE``). The ids look
 random (the bijection mixes the counter), so an executor that needs ids below a
 model's vocabulary size can take ``id % vocab_size`` without lining up unrelated
@@ -25,10 +25,10 @@ from harness.errors import ConfigError, InputError
 
 ID_BITS = 30
 ID_SPACE = 1 << ID_BITS  # every prompt id is < ID_SPACE
-HASH_SPACE = 1 << 28  # counters [0, HASH_SPACE) for hash-derived blocks
-_MASK = np.uint32(ID_SPACE - 1)
-_MULTIPLIERS = (np.uint32(0x2C1B3C6D), np.uint32(0x297A2D39), np.uint32(0x9E3779B1))  # odd
-_CHUNK_TOKENS = 1 << 22  # bounds temporary memory when materialising big traces
+UNIQUE_BASE = 1 << 29  # fresh ids: [UNIQUE_BASE, ID_SPACE); hash-derived ids: [0, UNIQUE_BASE)
+_UNIQUE_BITS = 29
+_MULTIPLIERS = (0x2C1B3C6D, 0x297A2D39, 0x9E3779B1)  # odd
+_CHUNK_TOKENS = 1 << 22  # bounds temporary memory when generating many fresh ids
 
 
 def readonly(array: np.ndarray) -> np.ndarray:
@@ -36,36 +36,32 @@ def readonly(array: np.ndarray) -> np.ndarray:
     return array
 
 
+def _permute(x: np.ndarray, bits: int, keys: tuple[int, int]) -> np.ndarray:
+    """A keyed bijection of [0, 2**bits) applied in place to uint32 ``x`` (add, odd multiply, xorshift)."""
+    mask = np.uint32((1 << bits) - 1)
+    shifts = (np.uint32(max(1, (bits + 1) // 2)), np.uint32(max(1, bits // 3 + 1)))
+    k0, k1 = (np.uint32(k & ((1 << bits) - 1)) for k in keys)
+    a, b, c = (np.uint32(m) for m in _MULTIPLIERS)
+    for key, mult, shift in ((k0, a, shifts[0]), (k1, b, shifts[1]), (None, c, shifts[0])):
+        if key is not None:
+            x += key
+            x &= mask
+        x *= mult
+        x &= mask
+        x ^= x >> shift
+    return x
+
+
 class TokenSpace:
     """The id source of one workload build (shared by a mixture's components)."""
 
     def __init__(self, seed: int) -> None:
-        state = np.random.SeedSequence([int(seed), 0x7043]).generate_state(2)
-        self._keys = tuple(np.uint32(int(k) & (ID_SPACE - 1)) for k in state)
-        self._next_unique = HASH_SPACE
+        self._seed = int(seed)
+        state = np.random.SeedSequence([self._seed, 0x7043]).generate_state(4)
+        self._unique_keys = (int(state[0]), int(state[1]))
+        self._hash_keys = (int(state[2]), int(state[3]))
+        self._next_unique = 0
         self.hash_user: str | None = None  # which component derives ids from hashes
-
-    # -- the bijection --------------------------------------------------------------
-
-    def _permute(self, counters: np.ndarray) -> np.ndarray:
-        """Map uint32 counters in [0, ID_SPACE) to ids, in place; bijective on the space."""
-        x = counters
-        k0, k1 = self._keys
-        a, b, c = _MULTIPLIERS
-        x += k0
-        x &= _MASK
-        x *= a
-        x &= _MASK
-        x ^= x >> np.uint32(15)
-        x += k1
-        x &= _MASK
-        x *= b
-        x &= _MASK
-        x ^= x >> np.uint32(13)
-        x *= c
-        x &= _MASK
-        x ^= x >> np.uint32(16)
-        return x
 
     # -- unique ids -----------------------------------------------------------------
 
@@ -78,16 +74,17 @@ class TokenSpace:
         lengths = np.asarray(lengths, dtype=np.int64)
         total = int(lengths.sum())
         start = self._next_unique
-        if start + total > ID_SPACE:
+        if start + total > (1 << _UNIQUE_BITS):
             raise ConfigError(
-                f"workload needs {total:,} more unique token ids than the {ID_SPACE - HASH_SPACE:,} "
-                "available; reduce workload.num_requests or use a time window")
+                f"workload needs {total:,} more unique token ids than the {(1 << _UNIQUE_BITS) - start:,} "
+                "left; reduce workload.num_requests or use a time window")
         self._next_unique += total
         buffer = np.empty(total, dtype=np.int32)
         for lo in range(0, total, _CHUNK_TOKENS):
             hi = min(lo + _CHUNK_TOKENS, total)
-            counters = np.arange(start + lo, start + hi, dtype=np.uint32)
-            buffer[lo:hi] = self._permute(counters).view(np.int32)
+            ids = _permute(np.arange(start + lo, start + hi, dtype=np.uint32), _UNIQUE_BITS, self._unique_keys)
+            ids |= np.uint32(UNIQUE_BASE)
+            buffer[lo:hi] = ids.view(np.int32)
         return _split(readonly(buffer), lengths)
 
     # -- hash-derived ids ------------------------------------------------------------
@@ -100,15 +97,30 @@ class TokenSpace:
                 f"({self.hash_user} already does); their hash ids would alias")
         self.hash_user = owner
 
+    def _position_ids(self, block_tokens: int) -> tuple[np.ndarray, int]:
+        """[block_tokens] uint32 per-position pattern and the number of low bits it owns.
+
+        NOTE: the low ``pos_bits`` of the pattern are a bijection of the position, so two
+        positions never share an id; the high bits are random, so blocks look unrelated.
+        """
+        pos_bits = max(1, (block_tokens - 1).bit_length())
+        hash_bits = _UNIQUE_BITS - pos_bits
+        rng = np.random.default_rng([self._seed, 0x9051, block_tokens])
+        high = rng.integers(0, 1 << hash_bits, size=block_tokens, dtype=np.uint32)
+        low = _permute(np.arange(block_tokens, dtype=np.uint32), pos_bits, self._hash_keys)
+        return (high << np.uint32(pos_bits)) | low, pos_bits
+
     def from_hash_blocks(self, hash_ids: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
                          block_tokens: int, *, path: str | None = None) -> list[np.ndarray]:
         """Prompts whose i-th block of ``block_tokens`` tokens is derived from hash id i.
 
         ``hash_ids[offsets[r]:offsets[r+1]]`` are request r's block hashes (CSR layout);
         request r's prompt is ``lengths[r]`` tokens and uses its first
-        ceil(lengths[r] / block_tokens) hashes. Equal hash ids give equal blocks (a
-        partial last block is a prefix of the full block); different ids give
-        disjoint ids. Returns read-only int32 views of one buffer.
+        ceil(lengths[r] / block_tokens) hashes. Token j of the block of hash h is
+        ``(P(h) << pos_bits) ^ pattern[j]`` (P a keyed bijection): equal hash ids give
+        equal blocks (a partial last block is a prefix of the full block), different
+        ids give disjoint ids, and no id equals a ``fresh`` one. Returns read-only
+        int32 views into one [blocks, block_tokens] buffer: one pass, no per-token Python.
         """
         hash_ids = np.asarray(hash_ids, dtype=np.int64)
         offsets = np.asarray(offsets, dtype=np.int64)
@@ -119,33 +131,20 @@ class TokenSpace:
             r = int(np.argmax(blocks_needed > available))
             raise InputError(f"request {r} has {lengths[r]} tokens but only {available[r]} hash ids "
                              f"of {block_tokens} tokens", path=path, field="hash_ids")
-        # Select each request's first blocks_needed hash ids.
-        block_first = np.cumsum(blocks_needed) - blocks_needed
+        block_first = np.cumsum(blocks_needed) - blocks_needed  # first block row of each request
         picked = np.repeat(offsets[:-1] - block_first, blocks_needed) + np.arange(int(blocks_needed.sum()))
         block_hash = hash_ids[picked]
-        if block_hash.size and (block_hash.min() < 0 or (int(block_hash.max()) + 1) * block_tokens > HASH_SPACE):
-            raise InputError(f"hash ids must lie in [0, {HASH_SPACE // block_tokens:,}) for "
-                             f"{block_tokens}-token blocks; got {int(block_hash.min())}..{int(block_hash.max())}",
-                             path=path, field="hash_ids")
-        block_len = np.full(block_hash.size, block_tokens, dtype=np.int64)
-        last = np.cumsum(blocks_needed) - 1
-        block_len[last] = lengths - (blocks_needed - 1) * block_tokens
-        block_end = np.cumsum(block_len)
-        block_start = block_end - block_len
-        # NOTE: token at buffer position p inside block b has counter
-        # hash[b] * block_tokens + (p - block_start[b]).
-        base = block_hash * block_tokens - block_start
-        total = int(lengths.sum())
-        buffer = np.empty(total, dtype=np.int32)
-        b0 = 0
-        while b0 < block_hash.size:
-            b1 = int(np.searchsorted(block_end, block_start[b0] + _CHUNK_TOKENS, side="right"))
-            b1 = max(b1, b0 + 1)
-            lo, hi = int(block_start[b0]), int(block_end[b1 - 1])
-            counters = np.repeat(base[b0:b1], block_len[b0:b1]) + np.arange(lo, hi)
-            buffer[lo:hi] = self._permute(counters.astype(np.uint32)).view(np.int32)
-            b0 = b1
-        return _split(readonly(buffer), lengths)
+        pattern, pos_bits = self._position_ids(block_tokens)
+        hash_bits = _UNIQUE_BITS - pos_bits
+        if block_hash.size and (block_hash.min() < 0 or block_hash.max() >= (1 << hash_bits)):
+            raise InputError(f"hash ids must lie in [0, {1 << hash_bits:,}) for {block_tokens}-token blocks; "
+                             f"got {int(block_hash.min())}..{int(block_hash.max())}", path=path, field="hash_ids")
+        high = _permute(block_hash.astype(np.uint32), hash_bits, self._hash_keys) << np.uint32(pos_bits)
+        blocks = np.empty((block_hash.size, block_tokens), dtype=np.int32)  # [blocks, block_tokens]
+        np.bitwise_xor(high[:, None], pattern[None, :], out=blocks.view(np.uint32))
+        readonly(blocks)
+        return [blocks[b:b + n].reshape(-1)[:length] for b, n, length in
+                zip(block_first.tolist(), blocks_needed.tolist(), lengths.tolist())]
 
 
 def _split(buffer: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:

@@ -1,0 +1,458 @@
+"""Regression gate: compare result files with a committed baseline, metric by metric.
+
+    python -m harness.gate RESULTS... --baseline baselines/smoke.json [--out DIR]
+    python -m harness.gate RESULTS... --baseline baselines/smoke.json --update
+    python -m harness.gate --show-rules            # the rules below, as JSON
+
+RESULTS are ``results.json`` files, run directories, or sweep directories
+(searched for ``results.json``). Each run is a *job*, identified by its workload,
+size, model, hardware, block size and seed; the baseline holds one entry per job.
+
+Every gated number is matched by the first rule in ``RULES`` whose pattern fits its
+name (``<system>.<path in results.json>``, or ``ratio.<paged>/<contiguous>.<path>``
+for within-run ratios). A rule says which direction is better and how much change
+is tolerated:
+
+- on the ``sim`` executor every figure is deterministic for a seed, so the tolerance
+  is tight (``abs_tol``, or ``rel_tol`` times the baseline value, whichever is larger);
+- on a measured executor (``torch``) only rules with a ``noise_band`` are gated, as a
+  relative band; absolute timings have none (they depend on the machine) and are
+  reported as ``info``, while paged/contiguous ratios from one run are gated.
+
+Verdicts: ``pass``, ``improved`` (better beyond tolerance: passes; refresh the
+baseline with ``--update``), ``REGRESSION`` (worse beyond tolerance), ``CHANGED`` (a
+figure with no better direction moved), ``MISSING`` (in the baseline, not in the
+results), ``new`` (not in the baseline), ``info`` (reported, not gated). Any
+REGRESSION / CHANGED / MISSING, an incomplete run, or a job with no baseline makes
+the exit status 1; a bad input file exits with 2 and names the file.
+
+Use your own rules with ``--rules FILE`` (a JSON list in the format ``--show-rules``
+prints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.errors import InputError, PagebenchError
+from harness.results import atomic_write_text, read_results, write_json
+
+BASELINE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one family of metrics is gated (``metric`` is an fnmatch pattern)."""
+
+    metric: str
+    better: str  # "higher" | "lower" | "equal" (any move is a change) | "info" (never gated)
+    abs_tol: float = 0.0  # sim executor: allowed |current - baseline|
+    rel_tol: float = 0.0  # sim executor: ... or this fraction of |baseline|, if larger
+    noise_band: float | None = None  # measured executors: relative band; None = not gated
+    why: str = ""
+
+    def describe(self, deterministic: bool) -> str:
+        if self.better == "info":
+            return "info"
+        direction = {"higher": "higher better", "lower": "lower better",
+                     "equal": "no change"}[self.better]
+        if deterministic:
+            parts = []
+            if self.abs_tol or not self.rel_tol:
+                parts.append(f"±{self.abs_tol:g}")
+            if self.rel_tol:
+                parts.append(f"±{self.rel_tol:.0e} rel")
+            return f"{direction}, {' or '.join(parts)} (sim)"
+        if self.noise_band is None:
+            return "info (timing: no noise band)"
+        return f"{direction}, ±{self.noise_band:.0%} noise band"
+
+
+_MEM = "deterministic on sim; percent of capacity, step-weighted (results round to 1e-4)"
+_SIMTIME = "simulated time on sim (deterministic); depends on the machine when measured"
+_RATIO = "paged vs contiguous measured in the same run: machine speed cancels"
+
+#: The gate's rules, first match wins. Edit a copy with --show-rules / --rules.
+RULES: tuple[Rule, ...] = (
+    Rule("*.memory.token_states_pct", "higher", abs_tol=0.01, why=_MEM),
+    Rule("*.memory.reserved_pct", "lower", abs_tol=0.01, why=_MEM),
+    Rule("*.memory.internal_fragmentation_pct", "lower", abs_tol=0.01, why=_MEM),
+    Rule("*.memory.external_fragmentation_pct", "lower", abs_tol=0.01, why=_MEM),
+    Rule("*.memory.sharing_savings_pct", "higher", abs_tol=0.01, why=_MEM),
+    Rule("*.memory.idle_pct", "info", why="the complement of the gated categories"),
+    Rule("*.batch.mean_seqs", "higher", abs_tol=0.01, why="step-weighted mean batch size"),
+    Rule("*.batch.max_seqs", "higher", abs_tol=0, why="deterministic count"),
+    Rule("*.preemptions", "lower", abs_tol=0, why="deterministic count"),
+    Rule("*.swaps", "lower", abs_tol=0, why="deterministic count"),
+    Rule("*.prefix_cache.hit_rate", "higher", abs_tol=1e-4, why="fraction of prompt tokens"),
+    Rule("*.requests.finished", "higher", abs_tol=0, why="deterministic count"),
+    Rule("*.requests.rejected", "lower", abs_tol=0, why="deterministic count"),
+    Rule("*.requests.unfinished", "lower", abs_tol=0, why="deterministic count"),
+    Rule("ratio.*.throughput.output_tokens_per_s", "higher", rel_tol=1e-4, noise_band=0.10,
+         why=_RATIO),
+    Rule("ratio.*.latency.e2e_s.p50", "lower", rel_tol=1e-4, noise_band=0.10, why=_RATIO),
+    Rule("*.throughput.requests_per_s", "higher", rel_tol=1e-4, why=_SIMTIME),
+    Rule("*.throughput.output_tokens_per_s", "higher", rel_tol=1e-4, why=_SIMTIME),
+    Rule("*.latency.ttft_s.p50", "lower", rel_tol=1e-4, why=_SIMTIME),
+    Rule("*.latency.ttft_s.p99", "lower", rel_tol=1e-4, why=_SIMTIME),
+    Rule("*.latency.tpot_s.p50", "lower", rel_tol=1e-4, why=_SIMTIME),
+    Rule("*.latency.e2e_s.p50", "lower", rel_tol=1e-4, why=_SIMTIME),
+    Rule("*.latency.e2e_s.p99", "lower", rel_tol=1e-4, why=_SIMTIME),
+    Rule("*.latency.normalized_s_per_token.p50", "lower", rel_tol=1e-4, why=_SIMTIME),
+)
+
+# The per-system paths gated (each matched by a rule above) and the ratio paths.
+SYSTEM_PATHS = (
+    "memory.token_states_pct", "memory.reserved_pct", "memory.internal_fragmentation_pct",
+    "memory.external_fragmentation_pct", "memory.idle_pct", "memory.sharing_savings_pct",
+    "batch.mean_seqs", "batch.max_seqs", "preemptions", "swaps", "prefix_cache.hit_rate",
+    "requests.finished", "requests.rejected", "requests.unfinished",
+    "throughput.requests_per_s", "throughput.output_tokens_per_s",
+    "latency.ttft_s.p50", "latency.ttft_s.p99", "latency.tpot_s.p50", "latency.e2e_s.p50",
+    "latency.e2e_s.p99", "latency.normalized_s_per_token.p50",
+)
+RATIO_PATHS = ("throughput.output_tokens_per_s", "latency.e2e_s.p50")
+FAILING = {"REGRESSION", "CHANGED", "MISSING", "INCOMPLETE", "NO BASELINE"}
+
+
+# ------------------------------------------------------------------ metrics
+def _get(tree: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _ABSENT
+        tree = tree[part]
+    return tree
+
+
+_ABSENT = object()
+
+
+def job_key(results: dict) -> str:
+    """A readable identity of the run, stable across code changes."""
+    w, m = results.get("workload", {}), results.get("model", {})
+    hw = results.get("hardware", {})
+    return (f"{w.get('name', '?')}/n{w.get('num_requests', '?')}/{m.get('name', '?')}/"
+            f"{hw.get('name', '?')}/bs{results.get('block_size', '?')}/seed{results.get('seed', '?')}")
+
+
+def extract_metrics(results: dict) -> dict[str, Any]:
+    """The gated numbers of one results file, by metric name (insertion-ordered)."""
+    systems = results["systems"]
+    out: dict[str, Any] = {}
+    for name, summary in systems.items():
+        for path in SYSTEM_PATHS:
+            value = _get(summary, path)
+            if value is not _ABSENT:
+                out[f"{name}.{path}"] = value
+    kinds = {name: _get(s, "allocator.kind") for name, s in systems.items()}
+    for a, kind_a in kinds.items():
+        if kind_a != "paged":
+            continue
+        for b, kind_b in kinds.items():
+            if kind_b != "contiguous":
+                continue
+            for path in RATIO_PATHS:
+                x, y = _get(systems[a], path), _get(systems[b], path)
+                if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y:
+                    out[f"ratio.{a}/{b}.{path}"] = round(x / y, 6)
+    return out
+
+
+def rule_for(metric: str, rules: Iterable[Rule]) -> Rule | None:
+    for rule in rules:
+        if fnmatch.fnmatchcase(metric, rule.metric):
+            return rule
+    return None
+
+
+# ---------------------------------------------------------------- comparing
+@dataclass
+class Row:
+    job: str
+    metric: str
+    baseline: Any
+    current: Any
+    delta: float | None
+    rule: str
+    verdict: str
+
+
+def compare_value(baseline: Any, current: Any, rule: Rule, deterministic: bool) -> tuple[float | None, str]:
+    """(delta, verdict) of one metric under ``rule``."""
+    num = (int, float)
+    delta = None
+    if isinstance(baseline, num) and isinstance(current, num) and not isinstance(baseline, bool):
+        delta = current - baseline
+    if rule.better == "info":
+        return delta, "info"
+    if not deterministic and rule.noise_band is None:
+        return delta, "info"
+    if delta is None:  # None (no data, e.g. no multi-token outputs) or a non-number
+        return None, "pass" if baseline == current else "CHANGED"
+    if deterministic:
+        tol = max(rule.abs_tol, rule.rel_tol * abs(baseline))
+    else:
+        tol = rule.noise_band * abs(baseline)
+    tol += 1e-12 * max(1.0, abs(baseline))  # float noise of the rounding in results.json
+    if abs(delta) <= tol or (isinstance(delta, float) and math.isnan(delta)):
+        return delta, "pass"
+    if rule.better == "equal":
+        return delta, "CHANGED"
+    better = delta > 0 if rule.better == "higher" else delta < 0
+    return delta, "improved" if better else "REGRESSION"
+
+
+def compare(current: dict[str, dict], baseline: dict, rules: Iterable[Rule] = RULES) -> list[Row]:
+    """Rows for every job in ``current`` ({key: results}) against ``baseline`` (file data)."""
+    rules = tuple(rules)
+    rows: list[Row] = []
+    base_jobs = baseline.get("jobs", {})
+    for key, results in current.items():
+        deterministic = results.get("executor") == "sim"
+        if not results.get("complete", False):
+            reason = results.get("stop_reason") or "some system did not finish"
+            rows.append(Row(key, "run.complete", True, False, None, "must be true",
+                            "INCOMPLETE"))
+            print(f"gate: {key}: results are incomplete ({reason}); re-run to completion",
+                  file=sys.stderr)
+        base = base_jobs.get(key)
+        if base is None:
+            rows.append(Row(key, "(job)", None, None, None, "baseline must exist",
+                            "NO BASELINE"))
+            continue
+        if base.get("config_hash") and results.get("config_hash") not in (None, base["config_hash"]):
+            print(f"gate: note: {key}: the resolved config differs from the baseline's "
+                  "(config_hash); differences below may come from the config", file=sys.stderr)
+        metrics = extract_metrics(results)
+        base_metrics = base.get("metrics", {})
+        for metric in list(base_metrics) + [m for m in metrics if m not in base_metrics]:
+            rule = rule_for(metric, rules)
+            if rule is None:
+                continue
+            if metric not in metrics:
+                rows.append(Row(key, metric, base_metrics[metric], None, None,
+                                rule.describe(deterministic), "MISSING"))
+                continue
+            if metric not in base_metrics:
+                rows.append(Row(key, metric, None, metrics[metric], None,
+                                rule.describe(deterministic), "new"))
+                continue
+            delta, verdict = compare_value(base_metrics[metric], metrics[metric], rule,
+                                           deterministic)
+            rows.append(Row(key, metric, base_metrics[metric], metrics[metric], delta,
+                            rule.describe(deterministic), verdict))
+    for key in base_jobs:
+        if key not in current:
+            rows.append(Row(key, "(job)", "present", None, None, "every baseline job must run",
+                            "MISSING"))
+    return rows
+
+
+def make_baseline(current: dict[str, dict], rules: Iterable[Rule] = RULES) -> dict:
+    rules = tuple(rules)
+    jobs = {}
+    for key in sorted(current):
+        results = current[key]
+        metrics = {m: v for m, v in extract_metrics(results).items() if rule_for(m, rules)}
+        jobs[key] = {"executor": results.get("executor"),
+                     "config_hash": results.get("config_hash"), "metrics": metrics}
+    return {"pagebench_baseline": BASELINE_FORMAT,
+            "note": "written by `python -m harness.gate ... --update`; review the diff",
+            "jobs": jobs}
+
+
+# ------------------------------------------------------------------- inputs
+def find_results(paths: Iterable[str]) -> list[Path]:
+    """results.json files from files, run directories or sweep directories."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir() and not (path / "results.json").exists():
+            hits = sorted(path.rglob("results.json"))
+            if not hits:
+                raise InputError("no results.json in this directory or below it; pass a run "
+                                 "directory or a results.json", path=str(path))
+            found.extend(hits)
+        else:
+            found.append(path)
+    return found
+
+
+def load_current(paths: Iterable[str]) -> dict[str, dict]:
+    current: dict[str, dict] = {}
+    origin: dict[str, Path] = {}
+    for path in find_results(paths):
+        results = read_results(path)
+        key = job_key(results)
+        if key in current:
+            raise InputError(f"two results files are the same job {key!r} (the other: "
+                             f"{origin[key]}); gate them against separate baselines",
+                             path=str(path))
+        current[key], origin[key] = results, path
+    return current
+
+
+def load_baseline(path: Path) -> dict:
+    if not path.exists():
+        raise InputError("baseline not found; create it with --update (then review and commit "
+                         "it)", path=str(path))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
+                         line=exc.lineno) from None
+    if not isinstance(data, dict) or data.get("pagebench_baseline") != BASELINE_FORMAT:
+        raise InputError(f"not a pagebench baseline (format {BASELINE_FORMAT}); rewrite it with "
+                         "--update", path=str(path))
+    if not isinstance(data.get("jobs"), dict):
+        raise InputError("missing 'jobs' mapping", path=str(path), field="jobs")
+    return data
+
+
+def load_rules(path: Path) -> tuple[Rule, ...]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("rules file not found", path=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
+    names = {f.name for f in fields(Rule)}
+    if not isinstance(data, list):
+        raise InputError("expected a JSON list of rules (see --show-rules)", path=str(path))
+    rules = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict) or not {"metric", "better"} <= set(item):
+            raise InputError("each rule needs 'metric' and 'better'", path=str(path),
+                             field=f"[{i}]")
+        unknown = sorted(set(item) - names)
+        if unknown:
+            raise InputError(f"unknown key; rule keys are {', '.join(sorted(names))}",
+                             path=str(path), field=f"[{i}].{unknown[0]}")
+        if item["better"] not in ("higher", "lower", "equal", "info"):
+            raise InputError("must be higher, lower, equal or info", path=str(path),
+                             field=f"[{i}].better")
+        rules.append(Rule(**item))
+    return tuple(rules)
+
+
+# ------------------------------------------------------------------ output
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _fmt_delta(row: Row) -> str:
+    if row.delta is None:
+        return "-"
+    text = f"{row.delta:+.4g}"
+    if isinstance(row.baseline, (int, float)) and row.baseline:
+        text += f" ({row.delta / abs(row.baseline):+.2%})"
+    return text
+
+
+HEADER = ("job", "metric", "baseline", "current", "delta", "rule", "verdict")
+
+
+def table_lines(rows: list[Row]) -> list[str]:
+    cells = [HEADER] + [(r.job, r.metric, _fmt(r.baseline), _fmt(r.current), _fmt_delta(r),
+                         r.rule, r.verdict) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(HEADER))]
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(HEADER))).rstrip() for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def markdown(rows: list[Row], passed: bool) -> str:
+    failing = [r for r in rows if r.verdict in FAILING]
+    out = [f"## pagebench gate: {'PASS' if passed else 'FAIL'}", "",
+           f"{len(rows)} checks, {len(failing)} failing, "
+           f"{sum(r.verdict == 'improved' for r in rows)} improved.", "",
+           "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    for r in failing + [r for r in rows if r.verdict not in FAILING]:
+        verdict = f"**{r.verdict}**" if r.verdict in FAILING else r.verdict
+        out.append("| " + " | ".join((r.job, f"`{r.metric}`", _fmt(r.baseline), _fmt(r.current),
+                                      _fmt_delta(r), r.rule, verdict)) + " |")
+    return "\n".join(out) + "\n"
+
+
+def write_report(rows: list[Row], passed: bool, out_dir: Path) -> None:
+    write_json(out_dir / "gate.json", {"passed": passed, "rows": [asdict(r) for r in rows]})
+    atomic_write_text(out_dir / "gate.md", markdown(rows, passed))
+
+
+# --------------------------------------------------------------------- CLI
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.gate",
+        description="Gate pagebench results against a committed baseline (exit 1 on regression).")
+    parser.add_argument("results", nargs="*", help="results.json files, run or sweep directories")
+    parser.add_argument("--baseline", help="baseline JSON file (e.g. baselines/smoke.json)")
+    parser.add_argument("--update", action="store_true",
+                        help="write (or rewrite) the baseline from these results")
+    parser.add_argument("--out", default="gate-report",
+                        help="directory for gate.json and gate.md (default: gate-report)")
+    parser.add_argument("--rules", help="JSON rules file replacing the defaults (see --show-rules)")
+    parser.add_argument("--show-rules", action="store_true", help="print the rules as JSON")
+    parser.add_argument("--failures-only", action="store_true",
+                        help="print only failing and improved rows (the files keep all)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        rules = load_rules(Path(args.rules)) if args.rules else RULES
+        if args.show_rules:
+            print(json.dumps([asdict(r) for r in rules], indent=2))
+            return 0
+        if not args.results or not args.baseline:
+            print("error: give RESULTS... and --baseline FILE (see --help)", file=sys.stderr)
+            return 2
+        current = load_current(args.results)
+        baseline_path = Path(args.baseline)
+        if args.update:
+            incomplete = [k for k, r in current.items() if not r.get("complete", False)]
+            if incomplete:
+                print(f"error: refusing to write a baseline from incomplete results: "
+                      f"{', '.join(incomplete)}", file=sys.stderr)
+                return 2
+            new = make_baseline(current, rules)
+            if baseline_path.exists():
+                try:
+                    for line in table_lines(compare(current, load_baseline(baseline_path), rules)):
+                        print(line)
+                except InputError:
+                    pass  # an unreadable old baseline is being replaced
+            write_json(baseline_path, new)
+            print(f"gate: wrote baseline {baseline_path} ({len(new['jobs'])} jobs, "
+                  f"{sum(len(j['metrics']) for j in new['jobs'].values())} metrics)")
+            return 0
+        rows = compare(current, load_baseline(baseline_path), rules)
+    except PagebenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    passed = not any(r.verdict in FAILING for r in rows)
+    shown = rows if not args.failures_only else [r for r in rows if r.verdict != "pass"
+                                                 and r.verdict != "info"]
+    for line in table_lines(shown):
+        print(line)
+    write_report(rows, passed, Path(args.out))
+    failing = sum(r.verdict in FAILING for r in rows)
+    print(f"gate: {'PASS' if passed else 'FAIL'}: {len(rows)} checks over {len(current)} jobs, "
+          f"{failing} failing, {sum(r.verdict == 'improved' for r in rows)} improved "
+          f"(report: {Path(args.out) / 'gate.md'})")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Typed columns from raw trace values, with row-level validation.
+
+``RowParser`` converts raw columns (``tables.Table``) to numpy arrays and
+remembers every malformed value: missing, not an integer, negative or zero
+length, a timestamp that goes backwards. ``resolve`` then either raises an
+``InputError`` for the first malformed row (file, line, field) or, with
+``on_error=skip``, drops the malformed rows and counts them by reason.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from harness.errors import InputError
+from harness.workloads.registry import Tally
+from harness.workloads.tables import Table
+
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+_INT_LIMIT = 1 << 53
+
+
+class _Bad(Exception):
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(kind)
+        self.kind, self.detail = kind, detail
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def parse_int(value: Any) -> int:
+    """An integer from a CSV string or JSON value; integral floats ('12.0') are accepted."""
+    if _is_missing(value):
+        raise _Bad("missing")
+    if isinstance(value, (bool, np.bool_)):
+        raise _Bad("not an integer", repr(value))
+    if isinstance(value, (int, np.integer)):
+        number = int(value)
+    elif isinstance(value, (float, np.floating)):
+        if not (math.isfinite(value) and float(value).is_integer()):
+            raise _Bad("not an integer", repr(value))
+        number = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            number = int(text)
+        except ValueError:
+            try:
+                as_float = float(text)
+            except ValueError:
+                raise _Bad("not an integer", repr(value)) from None
+            if not (math.isfinite(as_float) and as_float.is_integer()):
+                raise _Bad("not an integer", repr(value)) from None
+            number = int(as_float)
+    else:
+        raise _Bad("not an integer", repr(value))
+    if abs(number) >= _INT_LIMIT:
+        raise _Bad("out of range", repr(value))
+    return number
+
+
+def parse_float(value: Any) -> float:
+    if _is_missing(value):
+        raise _Bad("missing")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, str, np.integer, np.floating)):
+        raise _Bad("not a number", repr(value))
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        raise _Bad("not a number", repr(value)) from None
+    if not math.isfinite(number):
+        raise _Bad("not a number", repr(value))
+    return number
+
+
+def parse_datetime(value: Any) -> np.datetime64:
+    if _is_missing(value):
+        raise _Bad("missing")
+    if isinstance(value, (bool, int, float, np.number)) or isinstance(value, (list, dict)):
+        raise _Bad("not a date-time", repr(value))
+    try:
+        stamp = np.datetime64(value, "ns")
+    except (ValueError, TypeError, OverflowError):
+        raise _Bad("not a date-time", repr(value)) from None
+    if np.isnat(stamp):
+        raise _Bad("missing", repr(value))
+    return stamp
+
+
+class RowParser:
+    """Typed columns of one table plus the errors found in them."""
+
+    def __init__(self, table: Table, on_error: str) -> None:
+        self.table = table
+        self.on_error = on_error
+        self.errors: dict[int, tuple[str | None, str, str]] = dict(table.errors)
+        self.num_rows = len(table)
+
+    def error(self, row: int, field: str | None, kind: str, detail: str = "") -> None:
+        """Record a malformed value; the first one per row wins."""
+        self.errors.setdefault(int(row), (field, kind, detail))
+
+    def _convert(self, column: str, parse, dtype, fill) -> np.ndarray:
+        values = self.table.columns[column]
+        out = np.full(self.num_rows, fill, dtype=dtype)
+        for row, value in enumerate(values):
+            if row in self.errors and self.errors[row][0] is None:
+                continue  # the whole record is bad
+            try:
+                out[row] = parse(value)
+            except _Bad as bad:
+                self.error(row, column, bad.kind, bad.detail)
+        return out
+
+    def ints(self, column: str, min_value: int | None = 1) -> np.ndarray:
+        """Column as int64; values below ``min_value`` are errors (lengths must be >= 1)."""
+        values = self.table.columns[column]
+        out = None
+        if all(type(v) is str or type(v) is int for v in values):
+            try:  # fast path: every value parses with int()
+                out = np.array([int(v) for v in values], dtype=np.int64)
+            except (ValueError, OverflowError):
+                out = None
+        if out is None:
+            out = self._convert(column, parse_int, np.int64, 0)
+        if min_value is not None:
+            for row in np.flatnonzero(out < min_value).tolist():
+                kind = "negative or zero length" if min_value == 1 else f"below {min_value}"
+                self.error(row, column, kind, f"got {out[row]}")
+        return out
+
+    def strings(self, column: str) -> list[str]:
+        values = self.table.columns[column]
+        result = []
+        for row, value in enumerate(values):
+            if value is None:
+                self.error(row, column, "missing")
+            result.append("" if value is None else str(value))
+        return result
+
+    def times(self, column: str, unit: str) -> np.ndarray:
+        """Column as float64 seconds: numbers in ``unit`` (s|ms|us|ns) or date-times ('datetime')."""
+        values = self.table.columns[column]
+        if unit != "datetime":
+            return self._convert(column, parse_float, np.float64, np.nan) * TIME_UNITS[unit]
+        stamps = None
+        if all(type(v) is str for v in values):
+            try:
+                stamps = np.array(values).astype("datetime64[ns]")
+                if np.isnat(stamps).any():
+                    stamps = None
+            except (ValueError, TypeError, OverflowError):
+                stamps = None
+        if stamps is None:
+            stamps = self._convert(column, parse_datetime, "datetime64[ns]", np.datetime64("NaT"))
+        good = ~np.isnat(stamps)
+        if not good.any():
+            return np.full(self.num_rows, np.nan)
+        origin = stamps[good][0]
+        seconds = (stamps - origin).astype("timedelta64[ns]").astype(np.int64) / 1e9
+        return np.where(good, seconds, np.nan)
+
+    def check_monotonic(self, column: str, seconds: np.ndarray) -> None:
+        """Rows whose timestamp is earlier than an earlier good row's are errors."""
+        good = np.ones(self.num_rows, dtype=bool)
+        if self.errors:
+            good[list(self.errors)] = False
+        rows = np.flatnonzero(good)
+        if rows.size < 2:
+            return
+        t = seconds[rows]
+        running = np.maximum.accumulate(t)
+        back = np.flatnonzero(t[1:] < running[:-1]) + 1
+        raw = self.table.columns[column]
+        for i in back.tolist():
+            self.error(int(rows[i]), column, "timestamp goes backwards",
+                       f"{raw[rows[i]]!r} is earlier than a previous row's")
+
+    def resolve(self, tally: Tally) -> np.ndarray:
+        """Raise for the first malformed row, or (on_error=skip) count and mask them out."""
+        tally.rows_read += self.num_rows
+        keep = np.ones(self.num_rows, dtype=bool)
+        if not self.errors:
+            return keep
+        if self.on_error == "raise":
+            row = min(self.errors)
+            field, kind, detail = self.errors[row]
+            raise InputError(f"{kind}{': ' + detail if detail else ''} (fix the row, or set "
+                             "workload.on_error=skip to skip malformed rows and count them)",
+                             path=self.table.path, line=self.table.lines[row], field=field)
+        for row, (field, kind, _) in self.errors.items():
+            tally.skipped[f"{field}: {kind}" if field else kind] += 1
+        keep[list(self.errors)] = False
+        return keep
+
+
+def select(values: Sequence[Any], mask: np.ndarray) -> list[Any]:
+    return [v for v, k in zip(values, mask.tolist()) if k]

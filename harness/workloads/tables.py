@@ -1,0 +1,229 @@
+"""Reading trace files (CSV, JSONL, JSON, parquet; optionally .gz) into raw columns.
+
+Readers keep the line (or, for parquet, the row) of every record so that every
+error names file, line and field. They read raw values only; ``rows.RowParser``
+turns them into typed columns. Nothing here allocates per token.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from harness.errors import ConfigError, InputError
+
+FORMATS = ("csv", "jsonl", "json", "parquet")
+_EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
+               ".parquet": "parquet", ".pq": "parquet"}
+
+
+@dataclass
+class Table:
+    """Raw values of the requested columns; ``None`` marks a missing value."""
+
+    path: str
+    format: str
+    columns: dict[str, list[Any]]
+    lines: list[int]  # line (parquet: row) number of each record, 1-based
+    # Record-level problems found while reading (bad JSON, not an object): row -> (field, kind, detail)
+    errors: dict[int, tuple[str | None, str, str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+def resolve_path(path: str, where: str = "workload") -> Path:
+    """``path`` as an existing file; relative paths are taken from the directory the user ran in."""
+    candidate = Path(os.path.expanduser(path))
+    if not candidate.is_absolute():
+        candidate = _launch_dir() / candidate
+    if not candidate.is_file():
+        raise ConfigError(f"{where}.path: no such file: {candidate} (set {where}.path to an existing trace "
+                          "file; relative paths are taken from the directory you ran the command in)")
+    return candidate
+
+
+def _launch_dir() -> Path:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.utils import get_original_cwd
+
+        if HydraConfig.initialized():
+            return Path(get_original_cwd())
+    except (ImportError, ValueError):  # pragma: no cover - hydra-core is a dependency
+        pass
+    return Path.cwd()
+
+
+def detect_format(path: Path, fmt: str, where: str = "workload") -> tuple[str, bool]:
+    """(format, gzipped) from ``fmt`` or, when ``fmt`` is 'auto', the file extension."""
+    suffixes = [s.lower() for s in path.suffixes]
+    gzipped = bool(suffixes) and suffixes[-1] == ".gz"
+    if gzipped:
+        suffixes = suffixes[:-1]
+    if fmt != "auto":
+        return fmt, gzipped
+    ext = suffixes[-1] if suffixes else ""
+    if ext not in _EXTENSIONS:
+        raise ConfigError(f"{where}.format: cannot tell the format of {path.name} from its extension "
+                          f"{ext or '(none)'!r}; set {where}.format to one of {', '.join(FORMATS)}")
+    return _EXTENSIONS[ext], gzipped
+
+
+def _open_text(path: Path, gzipped: bool) -> io.TextIOBase:
+    if gzipped:
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
+
+
+def read_table(path: Path, fmt: str, columns: Sequence[str], where: str = "workload") -> Table:
+    """The raw values of ``columns`` (all required) from a CSV/JSONL/JSON/parquet file."""
+    fmt, gzipped = detect_format(path, fmt, where)
+    try:
+        if fmt == "csv":
+            table = _read_csv(path, gzipped, columns)
+        elif fmt == "parquet":
+            table = _read_parquet(path, columns)
+        else:
+            table = _read_records(path, gzipped, fmt, columns)
+    except UnicodeDecodeError as err:
+        raise InputError(f"not a UTF-8 text file ({err.reason}); is {where}.format right?",
+                         path=str(path)) from None
+    except (EOFError, OSError) as err:  # truncated or bad gzip, unreadable file
+        raise InputError(f"cannot read the file: {err}", path=str(path)) from None
+    if len(table) == 0:
+        raise InputError("the file has no data rows", path=str(path))
+    return table
+
+
+def _read_csv(path: Path, gzipped: bool, columns: Sequence[str]) -> Table:
+    with _open_text(path, gzipped) as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader, None)
+            while header is not None and not any(cell.strip() for cell in header):
+                header = next(reader, None)
+            if header is None:
+                raise InputError("the file is empty (expected a header row naming the columns)", path=str(path))
+            names = [cell.strip() for cell in header]
+            header_line = reader.line_num
+            index = []
+            for column in columns:
+                if column not in names:
+                    raise InputError(f"missing column; the header has: {', '.join(names)}",
+                                     path=str(path), line=header_line, field=column)
+                index.append(names.index(column))
+            values: list[list[Any]] = [[] for _ in columns]
+            lines: list[int] = []
+            for row in reader:
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue  # blank line
+                lines.append(reader.line_num)
+                width = len(row)
+                for out, i in zip(values, index):
+                    out.append(row[i] if i < width else None)
+        except csv.Error as err:
+            raise InputError(f"malformed CSV: {err}", path=str(path), line=reader.line_num) from None
+    return Table(str(path), "csv", dict(zip(columns, values)), lines)
+
+
+def iter_records(path: Path, gzipped: bool, fmt: str) -> Iterator[tuple[int, Any, str | None]]:
+    """(line, record, error) for each JSONL line or element of a top-level JSON array.
+
+    ``error`` is a message when the record itself could not be decoded (JSONL
+    only; a broken JSON array cannot be resynchronised and raises InputError).
+    """
+    with _open_text(path, gzipped) as f:
+        if fmt == "jsonl":
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield line_no, json.loads(line), None
+                except json.JSONDecodeError as err:
+                    yield line_no, None, f"not valid JSON ({err.msg} at column {err.colno})"
+            return
+        text = f.read()
+    yield from _iter_json_array(text, str(path))
+
+
+def _iter_json_array(text: str, path: str) -> Iterator[tuple[int, Any, str | None]]:
+    decoder = json.JSONDecoder()
+    ws = " \t\r\n"
+    pos, line, counted = 0, 1, 0
+
+    def skip(p: int) -> int:
+        while p < len(text) and text[p] in ws:
+            p += 1
+        return p
+
+    def line_at(p: int) -> int:
+        nonlocal line, counted
+        line += text.count("\n", counted, p)
+        counted = p
+        return line
+
+    pos = skip(pos)
+    if pos == len(text):
+        raise InputError("the file is empty", path=path)
+    if text[pos] != "[":
+        raise InputError("expected a JSON array of records (or use format jsonl)", path=path, line=line_at(pos))
+    pos = skip(pos + 1)
+    if pos < len(text) and text[pos] == "]":
+        return
+    while True:
+        start_line = line_at(pos)
+        try:
+            record, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as err:
+            raise InputError(f"not valid JSON: {err.msg}", path=path, line=err.lineno) from None
+        yield start_line, record, None
+        pos = skip(pos)
+        if pos < len(text) and text[pos] == ",":
+            pos = skip(pos + 1)
+            continue
+        if pos < len(text) and text[pos] == "]":
+            return
+        raise InputError("not valid JSON: expected ',' or ']' between records", path=path, line=line_at(pos))
+
+
+def _read_records(path: Path, gzipped: bool, fmt: str, columns: Sequence[str]) -> Table:
+    values: list[list[Any]] = [[] for _ in columns]
+    lines: list[int] = []
+    errors: dict[int, tuple[str | None, str, str]] = {}
+    for line, record, error in iter_records(path, gzipped, fmt):
+        row = len(lines)
+        lines.append(line)
+        if error is None and not isinstance(record, dict):
+            error = f"expected a JSON object, got {type(record).__name__}"
+        if error is not None:
+            errors[row] = (None, "invalid record", error)
+            for out in values:
+                out.append(None)
+            continue
+        for out, column in zip(values, columns):
+            out.append(record.get(column))
+    return Table(str(path), fmt, dict(zip(columns, values)), lines, errors)
+
+
+def _read_parquet(path: Path, columns: Sequence[str]) -> Table:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+        for column in columns:
+            if column not in schema.names:
+                raise InputError(f"missing column; the file has: {', '.join(schema.names)}",
+                                 path=str(path), field=column)
+        data = pq.read_table(path, columns=list(columns))
+    except (pa.ArrowException, OSError) as err:
+        raise InputError(f"not a readable parquet file: {err}", path=str(path)) from None
+    return Table(str(path), "parquet", {c: data.column(c).to_pylist() for c in columns},
+                 list(range(1, data.num_rows + 1)))

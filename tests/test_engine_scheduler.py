@@ -1,0 +1,133 @@
+"""Scheduler and engine behaviour on small, hand-checked workloads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_helpers import contiguous, engine_spec, make_requests, paged, run
+from harness.metrics import memory_summary, serving_summary
+
+
+def _finished(run_result):
+    table = run_result.recorder.request_table()
+    return table[table["status"] == "finished"]
+
+
+def test_every_request_finishes_with_exact_kv_length():
+    requests = make_requests([(10, 5), (33, 1), (16, 17)])
+    result = run(requests, paged(block_size=16))
+    assert len(_finished(result)) == 3
+    assert result.scheduler.manager.breakdown(False).token_states == 0  # all freed
+
+
+def test_max_num_seqs_caps_the_batch():
+    requests = make_requests([(8, 20)] * 10)
+    result = run(requests, paged(), engine_spec(max_num_seqs=3))
+    steps = result.recorder.step_table()
+    assert steps["num_seqs"].max() == 3
+    assert len(_finished(result)) == 10
+
+
+def test_static_batching_admits_only_when_the_batch_has_drained():
+    requests = make_requests([(8, 2), (8, 30), (8, 2)], gap=0.0)
+    spec = engine_spec(max_num_seqs=2, scheduling="static")
+    table = run(requests, paged(), spec).recorder.request_table().set_index("request_id")
+    # request 2 waits for the slow request 1 to finish, not just for request 0
+    assert table.loc[2, "first_token_s"] >= table.loc[1, "finish_s"]
+    continuous = run(requests, paged(), engine_spec(max_num_seqs=2)).recorder.request_table()
+    assert continuous.set_index("request_id").loc[2, "first_token_s"] < table.loc[1, "finish_s"]
+
+
+def test_preemption_hits_the_latest_arrival_first_and_everything_finishes():
+    # 4 blocks of 16: two sequences growing to 40 tokens cannot both fit
+    requests = make_requests([(16, 25), (16, 25)])
+    result = run(requests, paged(block_size=16), engine_spec(kv_capacity_slots=64))
+    table = result.recorder.request_table().set_index("request_id")
+    assert result.scheduler.num_preemptions >= 1
+    assert table.loc[0, "preemptions"] == 0 and table.loc[1, "preemptions"] >= 1
+    assert (table["status"] == "finished").all()
+
+
+def test_swap_preemption_round_trips():
+    requests = make_requests([(16, 25), (16, 25)])
+    spec = engine_spec(kv_capacity_slots=64, preemption="swap")
+    result = run(requests, paged(block_size=16), spec)
+    assert result.scheduler.num_swaps >= 1
+    assert (result.recorder.request_table()["status"] == "finished").all()
+
+
+def test_request_larger_than_the_pool_is_rejected_and_counted():
+    requests = make_requests([(8, 4), (2000, 10), (8, 4)])
+    result = run(requests, paged(), engine_spec(kv_capacity_slots=256))
+    table = result.recorder.request_table()
+    assert list(table["status"]) == ["finished", "rejected", "finished"]
+    assert result.rejected == {"larger_than_pool": 1}
+
+
+def test_chunked_prefill_splits_long_prompts_by_the_token_budget():
+    requests = make_requests([(100, 3)])
+    spec = engine_spec(chunked_prefill=True, max_num_batched_tokens=32)
+    steps = run(requests, paged(), spec).recorder.step_table()
+    assert list(steps["num_batched_tokens"][:4]) == [32, 32, 32, 4]
+
+
+def test_prefix_caching_serves_shared_prefix_blocks():
+    prefix = np.arange(64, dtype=np.int32)
+    requests = make_requests([(80, 4)] * 3, gap=1.0, prefix=prefix)
+    result = run(requests, paged(block_size=16, prefix_caching=True))
+    assert result.scheduler.prompt_tokens_cached == 2 * 64
+    assert list(result.recorder.request_table()["cached_tokens"]) == [0, 64, 64]
+
+
+def test_parallel_sampling_shares_prompt_blocks_only_in_paged():
+    requests = make_requests([(64, 20)], num_samples=4)
+    paged_run = run(requests, paged(block_size=16))
+    oracle_run = run(requests, contiguous("oracle"))
+    paged_mem = memory_summary(paged_run.recorder.step_table(), 1024)
+    oracle_mem = memory_summary(oracle_run.recorder.step_table(), 1024)
+    assert paged_mem["sharing_savings_pct"] > 40
+    assert oracle_mem["sharing_savings_pct"] == 0
+    for result in (paged_run, oracle_run):
+        table = _finished(result)
+        assert list(table["num_seqs"]) == [4]
+
+
+def test_beam_search_forks_and_finishes():
+    requests = make_requests([(40, 12)] * 2, beam_width=4)
+    for system in (paged(block_size=8), contiguous("oracle")):
+        result = run(requests, system)
+        assert len(_finished(result)) == 2
+        assert result.scheduler.manager.breakdown(False).token_states == 0
+
+
+def test_runs_are_deterministic():
+    requests = make_requests([(int(p), int(o)) for p, o in
+                              np.random.default_rng(3).integers(1, 200, size=(40, 2))], gap=0.01)
+    first, second = run(requests, paged()), run(requests, paged())
+    assert first.output_digest == second.output_digest
+    assert first.recorder.step_table().equals(second.recorder.step_table())
+
+
+@pytest.mark.parametrize("system", [paged(), contiguous("max"), contiguous("pow2"),
+                                    contiguous("oracle")], ids=lambda s: s.name)
+def test_breakdown_sums_to_capacity_every_step(system):
+    requests = make_requests([(int(p), int(o)) for p, o in
+                              np.random.default_rng(1).integers(1, 300, size=(30, 2))], gap=0.005)
+    steps = run(requests, system, max_model_len=1024).recorder.step_table()
+    columns = ["token_states", "reserved", "internal_over_reservation", "internal_rounding",
+               "external_fragmentation", "idle"]
+    capacity = 1024
+    assert (steps[columns].sum(axis=1) == capacity).all()
+    summary = memory_summary(steps, capacity)
+    total = sum(summary[k] for k in ("token_states_pct", "reserved_pct", "internal_fragmentation_pct",
+                                     "external_fragmentation_pct", "idle_pct"))
+    assert total == pytest.approx(100.0, abs=1e-3)
+
+
+def test_latency_metrics_are_consistent():
+    requests = make_requests([(32, 10), (32, 1)], gap=0.5)
+    result = run(requests, paged())
+    serving = serving_summary(result.recorder.step_table(), result.recorder.request_table())
+    assert serving["requests"]["finished"] == 2
+    assert 0 < serving["latency"]["ttft_s"]["p50"] <= serving["latency"]["e2e_s"]["p50"]
