@@ -54,17 +54,18 @@ def make_breakdown(
 
 
 class PartialBlockLedger:
-    """Partially filled paged blocks: their fill and their owners' fill targets.
+    """Partially filled paged blocks and their owners' fill targets.
 
     ``fill_sum`` = sum of fills, ``target_sum`` = sum of per-block max targets,
     ``count`` = number of partial blocks. Every other allocated block is full.
+    Callers pass a block's fill (all owners agree on it); the ledger keeps only
+    each partial block's list of owner targets.
     """
 
-    __slots__ = ("block_size", "fill", "targets", "fill_sum", "target_sum", "count")
+    __slots__ = ("block_size", "targets", "fill_sum", "target_sum", "count")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
-        self.fill: dict[int, int] = {}  # partial block -> written slots (1..block_size-1)
         self.targets: dict[int, list[int]] = {}  # partial block -> each owner's fill target
         self.fill_sum = 0
         self.target_sum = 0
@@ -75,7 +76,6 @@ class PartialBlockLedger:
         owners = self.targets.get(block)
         if owners is None:
             self.targets[block] = [target]
-            self.fill[block] = fill
             self.fill_sum += fill
             self.target_sum += target
             self.count += 1
@@ -85,23 +85,18 @@ class PartialBlockLedger:
             if target > old:
                 self.target_sum += target - old
 
-    def remove_owner(self, block: int, target: int) -> None:
+    def remove_owner(self, block: int, fill: int, target: int) -> None:
         """The owner with fill target ``target`` no longer uses partial block ``block``."""
         owners = self.targets[block]
         if len(owners) == 1:
             del self.targets[block]
-            self.fill_sum -= self.fill.pop(block)
-            self.target_sum -= owners[0]
+            self.fill_sum -= fill
+            self.target_sum -= target
             self.count -= 1
         else:
             old = max(owners)
             owners.remove(target)
             self.target_sum += max(owners) - old
-
-    def grow_sole(self, block: int, k: int) -> None:
-        """The sole owner of partial ``block`` writes ``k`` more tokens into it (stays partial)."""
-        self.fill[block] += k
-        self.fill_sum += k
 
     def slots(self, allocated_slots: int) -> tuple[int, int, int]:
         """(token_states, reserved, rounding) for a pool with ``allocated_slots`` in use."""

@@ -89,6 +89,9 @@ class KVCacheManager(Protocol):
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         """Could this sequence ever be admitted, even into an empty pool?"""
 
+    def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
+        """Prompt tokens ``admit`` would serve from the prefix cache now (0 without one)."""
+
     def admit(
         self, seq_id: int, prompt_token_ids: Sequence[int], final_len: int, num_tokens: int
     ) -> Admission | None:

@@ -82,6 +82,10 @@ class ContiguousKVCacheManager:
         output_len = final_len - prompt_len + 1
         return min(self.max_model_len, prompt_len + (1 << (output_len - 1).bit_length()) - 1)
 
+    def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
+        """Contiguous reservations share nothing: always 0."""
+        return 0
+
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         if final_len > self.max_model_len or final_len < prompt_len or prompt_len < 1:
             return False

@@ -122,6 +122,29 @@ class PagedKVCacheManager:
         s = self._get_resident(seq_id, "append to")
         return not (s.num_tokens % self.block_size and self.pool.ref_cnt[s.table[-1]] > 1)
 
+    def _prefix_hits(self, data: bytes, prompt_len: int) -> tuple[list[int], list[tuple]]:
+        """Cached blocks (and their keys) of the longest run of full leading prompt blocks,
+        at most ``prompt_len - 1`` tokens. Changes nothing."""
+        hits: list[int] = []
+        keys: list[tuple] = []
+        lookup, w, parent = self.pool.lookup, self._key_bytes, 0
+        for i in range((prompt_len - 1) // self.block_size):
+            key = (parent, data[i * w:(i + 1) * w])
+            b = lookup(key)
+            if b is None:
+                break
+            hits.append(b)
+            keys.append(key)
+            parent = hash(key)
+        return hits, keys
+
+    def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
+        """Prompt tokens ``admit`` would serve from the prefix cache now. Changes nothing."""
+        if not self.enable_prefix_caching:
+            return 0
+        data = np.asarray(prompt_token_ids, dtype=np.int32).tobytes()
+        return len(self._prefix_hits(data, len(prompt_token_ids))[0]) * self.block_size
+
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         return -(-final_len // self.block_size) <= self.num_blocks
 
@@ -161,15 +184,7 @@ class PagedKVCacheManager:
         data = b""
         if self.enable_prefix_caching:
             data = np.asarray(prompt_token_ids, dtype=np.int32).tobytes()
-            w, parent = self._key_bytes, 0
-            for i in range((prompt_len - 1) // bs):
-                key = (parent, data[i * w:(i + 1) * w])
-                b = pool.lookup(key)
-                if b is None:
-                    break
-                hits.append(b)
-                keys.append(key)
-                parent = hash(key)
+            hits, keys = self._prefix_hits(data, prompt_len)
         num_cached = len(hits) * bs
         n = max(num_tokens, num_cached)
         need = -(-n // bs) - len(hits)
@@ -209,7 +224,9 @@ class PagedKVCacheManager:
         a shared, partially filled last block is copied first: the return value lists
         those ``(src_block, dst_block)`` copies. None (nothing changed) when short.
         """
-        s = self._get_resident(seq_id, "append to")
+        s = self._seqs.get(seq_id)
+        if s is None or s.cpu_blocks is not None:
+            self._get_resident(seq_id, "append to")  # raises the right error
         k = len(token_ids)
         n = s.num_tokens
         new_n = n + k
@@ -218,43 +235,51 @@ class PagedKVCacheManager:
                              f"{s.final_len}; the sequence must end (free it) instead")
         if k == 0:
             return []
-        bs, pool, table, ledger = self.block_size, self.pool, s.table, self._ledger
+        bs, table = self.block_size, s.table
         used = n % bs  # tokens in the last block when it is partial, else 0
-        last = len(table) - 1
-        if used and used + k < bs and pool.ref_cnt[table[last]] == 1:
+        if used and used + k < bs and self.pool.ref_cnt[table[-1]] == 1:
             # Fast path: the tokens stay inside the sole-owned partial last block.
-            ledger.grow_sole(table[last], k)
+            self._ledger.fill_sum += k
             copies: list[tuple[int, int]] = []
         else:
-            cow = 1 if used and pool.ref_cnt[table[last]] > 1 else 0
-            need = -(-new_n // bs) - len(table)
-            if need + cow > pool.num_free:
+            copies = self._grow(s, n, new_n, used)
+            if copies is None:
                 return None
-            copies = []
-            if used:
-                ledger.remove_owner(table[last], self._target(s, last))
-            if cow:
-                src = table[last]
-                dst = pool.allocate(1)[0]
-                pool.free((src,))
-                table[last] = dst
-                copies.append((src, dst))
-                self.stats.cow_copies += 1
-            if need:
-                table.extend(pool.allocate(need))
-            if new_n % bs:
-                last = len(table) - 1
-                ledger.add_owner(table[last], new_n - last * bs, self._target(s, last))
         s.num_tokens = new_n
         self._logical += k
         if self.enable_prefix_caching:
             tail = s.tail
-            if isinstance(token_ids, np.ndarray) or k > 1:
-                tail.extend(_as_tokens(token_ids))
-            else:
+            if k == 1 and not isinstance(token_ids, np.ndarray):
                 tail.append(token_ids[0])
+            else:
+                tail.extend(_as_tokens(token_ids))
             if len(tail) >= bs:
                 self._key_full_blocks(s)
+        return copies
+
+    def _grow(self, s: _Seq, n: int, new_n: int, used: int) -> list[tuple[int, int]] | None:
+        """Blocks (and a copy-on-write) for growing ``s`` from ``n`` to ``new_n`` tokens."""
+        bs, pool, table, ledger = self.block_size, self.pool, s.table, self._ledger
+        last = len(table) - 1
+        cow = 1 if used and pool.ref_cnt[table[last]] > 1 else 0
+        need = -(-new_n // bs) - len(table)
+        if need + cow > pool.num_free:
+            return None
+        copies = []
+        if used:
+            ledger.remove_owner(table[last], used, self._target(s, last))
+        if cow:
+            src = table[last]
+            dst = pool.allocate(1)[0]
+            pool.free((src,))
+            table[last] = dst
+            copies.append((src, dst))
+            self.stats.cow_copies += 1
+        if need:
+            table.extend(pool.allocate(need))
+        if new_n % bs:
+            last = len(table) - 1
+            ledger.add_owner(table[last], new_n - last * bs, self._target(s, last))
         return copies
 
     def _key_full_blocks(self, s: _Seq) -> None:
@@ -294,7 +319,8 @@ class PagedKVCacheManager:
     def _release_device(self, s: _Seq) -> None:
         if s.num_tokens % self.block_size:
             last = len(s.table) - 1
-            self._ledger.remove_owner(s.table[last], self._target(s, last))
+            self._ledger.remove_owner(s.table[last], s.num_tokens - last * self.block_size,
+                                      self._target(s, last))
         self._logical -= s.num_tokens
         self.pool.free(reversed(s.table))  # NOTE: tail first, so the tail is evicted first
         s.table = []

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -40,16 +41,26 @@ def main(cfg: DictConfig) -> None:
                       "(set PAGEBENCH_RERUN=1 to run again)", file=sys.stderr)
                 return
         atomic_write_text(out_dir / "config_resolved.yaml", resolved_yaml)
+        if mode == "study":  # an experiment that runs many sub-runs (conf/experiment/vllm_*.yaml)
+            from harness.studies import run_study
+
+            run_study(cfg, out_dir)
+            return
         if mode == "kernels":
             from kernels.benchmark import run_kernel_benchmark
 
             run_kernel_benchmark(cfg.kernel_bench, out_dir)
+            from reports.render import render_run_report
+
+            render_run_report(out_dir)  # report.html with the kernels section
             return
         from harness.run import run_serving
 
         results = run_serving(cfg, out_dir)
     except PagebenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # a sweep records this job as failed (job_failed.txt) and runs the others
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -171,6 +171,17 @@ class EngineSpec:
     wall_time_limit_s: float | None = None
     fast_forward: bool = True
     cost: CostSpec = field(default_factory=CostSpec)
+    # --- torch executor (engine=torch); the sim executor ignores these ---
+    device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
+    # Accumulate every op in float64 and round to the model dtype, so a token's result
+    # does not depend on batch composition or kernel path (paged == contiguous token for
+    # token). null = on for CPU, off for CUDA.
+    batch_invariant: bool | None = None
+    kernel_backend: str = "auto"  # auto (Triton on CUDA, torch reference on CPU) | triton | torch
+    block_tables_on_device: bool = False  # keep block tables resident; upload changed rows only
+    sampling: str = "seeded"  # greedy (every sample argmax) | seeded (sample 0 greedy, others seeded)
+    telemetry_interval_s: float = 0.1  # NVML sampling period in seconds (0 = no telemetry)
+    profile_activation_tokens: int | None = None  # capacity profiling pass; null = max_num_batched_tokens
 
     def validate(self, where: str) -> None:
         _require(self.executor in ("sim", "torch"), f"{where}.executor", "must be 'sim' or 'torch'")
@@ -195,6 +206,20 @@ class EngineSpec:
                      f"{where}.max_model_len", "must be a positive integer or null")
         if self.wall_time_limit_s is not None:
             _require(self.wall_time_limit_s > 0, f"{where}.wall_time_limit_s", "must be > 0 or null")
+        _require(isinstance(self.device, str) and (self.device in ("auto", "cpu", "cuda")
+                                                   or self.device.startswith("cuda:")),
+                 f"{where}.device", f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        _require(self.batch_invariant in (None, True, False), f"{where}.batch_invariant",
+                 "must be true, false or null (null = on for CPU, off for CUDA)")
+        _require(self.kernel_backend in ("auto", "triton", "torch"), f"{where}.kernel_backend",
+                 f"must be auto, triton or torch, got {self.kernel_backend!r}")
+        _require(self.sampling in ("greedy", "seeded"), f"{where}.sampling",
+                 f"must be greedy or seeded, got {self.sampling!r}")
+        _require(isinstance(self.telemetry_interval_s, (int, float)) and self.telemetry_interval_s >= 0,
+                 f"{where}.telemetry_interval_s", "must be >= 0 (0 = no NVML telemetry)")
+        if self.profile_activation_tokens is not None:
+            _require(isinstance(self.profile_activation_tokens, int) and self.profile_activation_tokens > 0,
+                     f"{where}.profile_activation_tokens", "must be a positive integer or null")
 
 
 @dataclass(frozen=True)

@@ -360,29 +360,53 @@ def _fmt_delta(row: Row) -> str:
     return text
 
 
-HEADER = ("job", "metric", "baseline", "current", "delta", "rule", "verdict")
+HEADER = ("metric", "baseline", "current", "delta", "rule", "verdict")
+
+
+def _cells(row: Row) -> tuple[str, ...]:
+    return (row.metric, _fmt(row.baseline), _fmt(row.current), _fmt_delta(row), row.rule,
+            row.verdict)
+
+
+def _by_job(rows: list[Row]) -> dict[str, list[Row]]:
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.job, []).append(row)
+    return groups
 
 
 def table_lines(rows: list[Row]) -> list[str]:
-    cells = [HEADER] + [(r.job, r.metric, _fmt(r.baseline), _fmt(r.current), _fmt_delta(r),
-                         r.rule, r.verdict) for r in rows]
+    """A plain-text table per job, columns aligned across jobs."""
+    cells = [HEADER] + [_cells(r) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(HEADER))]
-    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(HEADER))).rstrip() for c in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+
+    def line(c: tuple[str, ...]) -> str:
+        return "  " + "  ".join(c[i].ljust(widths[i]) for i in range(len(HEADER))).rstrip()
+
+    lines: list[str] = []
+    for job, group in _by_job(rows).items():
+        lines += [f"{job}:", line(HEADER), "  " + "  ".join("-" * w for w in widths)]
+        lines += [line(_cells(r)) for r in group]
     return lines
 
 
 def markdown(rows: list[Row], passed: bool) -> str:
+    """The report as markdown: failing rows first, then one table per job."""
     failing = [r for r in rows if r.verdict in FAILING]
     out = [f"## pagebench gate: {'PASS' if passed else 'FAIL'}", "",
-           f"{len(rows)} checks, {len(failing)} failing, "
-           f"{sum(r.verdict == 'improved' for r in rows)} improved.", "",
-           "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    for r in failing + [r for r in rows if r.verdict not in FAILING]:
-        verdict = f"**{r.verdict}**" if r.verdict in FAILING else r.verdict
-        out.append("| " + " | ".join((r.job, f"`{r.metric}`", _fmt(r.baseline), _fmt(r.current),
-                                      _fmt_delta(r), r.rule, verdict)) + " |")
-    return "\n".join(out) + "\n"
+           f"{len(rows)} checks over {len(_by_job(rows))} jobs, {len(failing)} failing, "
+           f"{sum(r.verdict == 'improved' for r in rows)} improved.", ""]
+    sections = ([("Failing", failing)] if failing else []) + list(_by_job(rows).items())
+    for title, group in sections:
+        out += [f"### {title}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        for r in group:
+            metric, *rest = _cells(r)
+            if title == "Failing":
+                metric = f"{r.job}: {metric}"
+            verdict = f"**{r.verdict}**" if r.verdict in FAILING else r.verdict
+            out.append("| " + " | ".join([f"`{metric}`", *rest[:-1], verdict]) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def write_report(rows: list[Row], passed: bool, out_dir: Path) -> None:
@@ -444,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     passed = not any(r.verdict in FAILING for r in rows)
     shown = rows if not args.failures_only else [r for r in rows if r.verdict != "pass"
                                                  and r.verdict != "info"]
-    for line in table_lines(shown):
+    for line in table_lines(shown) or ["(every check passed; see the report for the table)"]:
         print(line)
     write_report(rows, passed, Path(args.out))
     failing = sum(r.verdict in FAILING for r in rows)
@@ -455,4 +479,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # e.g. piped into `head`
+        sys.stderr.close()
+        sys.exit(1)

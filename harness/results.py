@@ -7,9 +7,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported lazily: the gate CLI does not need it
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 

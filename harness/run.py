@@ -12,10 +12,10 @@ from typing import Any
 
 from harness import __version__
 from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, build_spec,
-                            kv_capacity_slots, select_systems, to_plain, validate_block_size)
+                            select_systems, to_plain, validate_block_size)
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
-from harness.engine.executors import make_executor
+from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.errors import ConfigError
 from harness.metrics import memory_summary, serving_summary
 from harness.interrupts import deferred_interrupt
@@ -56,7 +56,9 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
             f"engine.max_num_batched_tokens, lower engine.max_model_len, or set "
             "engine.chunked_prefill=true")
     systems = select_systems(cfg.systems, cfg.allocator, block_size)
-    capacity = kv_capacity_slots(model, hardware, engine)
+    # torch: from the real device (weights + profiled activations); sim: the hardware profile
+    capacity = executor_capacity_slots(model, hardware, engine, max_model_len=max_model_len,
+                                       seed=seed)
     for system in systems:
         if system.kind == "paged" and capacity // system.block_size < 1:
             raise ConfigError(f"block_size={system.block_size} is larger than the whole KV pool "
@@ -65,7 +67,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     workload = build_workload(cfg.workload, seed=seed, max_model_len=max_model_len)
     show_progress = bool(cfg.get("progress", True))
     print(f"pagebench {__version__}: workload={workload.name} ({len(workload.requests)} requests) "
-          f"model={model.name} hardware={hardware.name} executor=sim capacity={capacity} slots "
+          f"model={model.name} hardware={hardware.name} executor={engine.executor} capacity={capacity} slots "
           f"({capacity * model.bytes_per_slot / 2**30:.1f} GiB KV)", file=sys.stderr)
 
     results: dict[str, Any] = {
@@ -89,12 +91,14 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
         "platform": platform.platform(), "systems": {},
     }
     total_start = time.perf_counter()
+    telemetry_rows: list[dict] = []
     with deferred_interrupt() as interrupt:
         try:
             for system in systems:
                 run = _run_one(system, workload, model, hardware, engine, capacity, max_model_len,
                                seed, show_progress, interrupt.check)
                 results["systems"][system.name] = _system_summary(system, run, capacity)
+                telemetry_rows.extend(dict(row, system=system.name) for row in run.telemetry_rows)
                 results["complete"] &= run.complete
                 steps, requests = run.recorder.step_table(), run.recorder.request_table()
                 write_table(out_dir / f"steps_{system.name}.csv", steps)
@@ -113,6 +117,10 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
             results["stop_reason"] = "interrupted"
             print("interrupted: writing what has run, marked incomplete", file=sys.stderr)
     run_info["wall_time_s"] = round(time.perf_counter() - total_start, 3)
+    if telemetry_rows:
+        import pandas as pd
+
+        write_table(out_dir / "nvml_samples.csv", pd.DataFrame(telemetry_rows))
     write_json(out_dir / "results.json", results)
     write_json(out_dir / "run_info.json", run_info)
     from reports.render import render_run_report
@@ -127,7 +135,8 @@ def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareS
              show_progress: bool, stop_requested=None) -> EngineRun:
     manager = build_manager(system, capacity, model, engine, max_model_len)
     scheduler = Scheduler(manager, engine, seed=seed)
-    executor = make_executor(engine, system, model, hardware, manager, seed=seed)
+    executor = make_executor(engine, system, model, hardware, manager, seed=seed,
+                             max_model_len=max_model_len)
     bar = None
     on_progress = None
     if show_progress:
@@ -142,12 +151,18 @@ def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareS
             bar.refresh()
 
     try:
-        return run_engine(workload.requests, scheduler, executor, engine,
-                          max_model_len=max_model_len, on_progress=on_progress,
-                          stop_requested=stop_requested)
+        run = run_engine(workload.requests, scheduler, executor, engine,
+                         max_model_len=max_model_len, on_progress=on_progress,
+                         stop_requested=stop_requested)
+        if hasattr(executor, "report"):  # torch: measured timings, CPU-side costs, NVML
+            run.executor_report = executor.report()
+            run.telemetry_rows = executor.telemetry_rows()
+        return run
     finally:
         if bar is not None:
             bar.close()
+        if hasattr(executor, "close"):
+            executor.close()  # free this system's KV memory before the next one allocates
 
 
 def _system_summary(system: SystemSpec, run: EngineRun, capacity: int) -> dict:
@@ -173,6 +188,11 @@ def _system_summary(system: SystemSpec, run: EngineRun, capacity: int) -> dict:
         "complete": run.complete,
     }
     summary["sharing_savings_pct"] = summary["memory"]["sharing_savings_pct"]
+    if run.executor_report is not None:
+        summary["executor"] = run.executor_report
+        nvml = run.executor_report.get("nvml", {})
+        summary["nvml"] = nvml
+        summary["energy_per_token_j"] = nvml.get("energy_per_output_token_j")
     if run.stop_reason:
         summary["stop_reason"] = run.stop_reason
     return summary

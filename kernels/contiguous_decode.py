@@ -45,6 +45,7 @@ def contiguous_decode_attention(
     num_splits: int | None = None,
     max_context_len: int | None = None,
     tile_size: int | None = None,
+    num_stages: int | None = None,
     out: torch.Tensor | None = None,
     backend: rt.Backend = "auto",
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim], dtype of q
@@ -55,7 +56,7 @@ def contiguous_decode_attention(
     """
     device, scale, alibi_slopes = validate_decode_common(
         q, k_cache, v_cache, context_lens, cache_ndim=3, scale=scale, sliding_window=sliding_window,
-        alibi_slopes=alibi_slopes, num_splits=num_splits, tile_size=tile_size, out=out)
+        alibi_slopes=alibi_slopes, num_splits=num_splits, tile_size=tile_size, out=out, num_stages=num_stages)
     rt.check_index_tensor("seq_starts", seq_starts, 1)
     if seq_starts.shape[0] != q.shape[0]:
         raise ValueError(f"seq_starts has {seq_starts.shape[0]} entries for {q.shape[0]} sequences")
@@ -79,4 +80,4 @@ def contiguous_decode_attention(
     return decode_launch(q, k_cache, v_cache, seq_starts, context_lens, out, paged=False,
                          block_size=1, scale=scale, sliding_window=sliding_window,
                          alibi_slopes=alibi_slopes, num_splits=num_splits,
-                         max_context=max_context_len or 0, tile_size=tile_size)
+                         max_context=max_context_len or 0, tile_size=tile_size, num_stages=num_stages)

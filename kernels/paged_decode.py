@@ -27,7 +27,8 @@ Algorithm, per program = (sequence, KV head [, chunk of its query heads], split)
 * Head dims that are not powers of two are padded to the next one and masked.
 * Split-K (flash-decoding): with ``num_splits > 1`` each program covers a contiguous range
   of tiles of its sequence and writes an unnormalised partial output with its running max
-  and sum; ``_reduce_splits_kernel`` rescales and combines them.
+  and sum; ``_reduce_splits_kernel`` combines them (an online softmax over the splits, 16
+  heads per program).
 
 Split heuristic (``choose_num_splits``): splitting only pays when the (sequence, KV head)
 grid cannot fill the GPU. If ``programs >= num_SMs`` there is no split; otherwise enough
@@ -43,6 +44,7 @@ CPU tensors run the torch reference unless ``TRITON_INTERPRET=1`` or ``backend="
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -55,6 +57,7 @@ MIN_TOKENS_PER_SPLIT = 256
 MAX_SPLITS = 64
 MAX_HEAD_DIM = 256
 MAX_BLOCK_SIZE = 256
+DEFAULT_NUM_STAGES = 3
 
 
 @triton.jit
@@ -114,12 +117,20 @@ def _decode_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
 
+    if PAGED:
+        # NOTE: the block ids of tile t + 1 are loaded during tile t, so K/V addresses never
+        # wait on a load of their own iteration and the pipeliner can prefetch K/V tiles as
+        # deep as for the contiguous layout.
+        offs_next = tile_lo * TILE_N + tl.arange(0, TILE_N)
+        next_block = tl.load(table_row + offs_next // BLOCK_SIZE, mask=offs_next < context_len, other=0)
     for tile in range(tile_lo, tile_hi):
         offs_n = tile * TILE_N + tl.arange(0, TILE_N)  # token positions
         in_context = offs_n < context_len
         visible = in_context & (offs_n >= first_token)
         if PAGED:
-            block = tl.load(table_row + offs_n // BLOCK_SIZE, mask=in_context, other=0).to(tl.int64)
+            block = next_block.to(tl.int64)
+            offs_next = offs_n + TILE_N
+            next_block = tl.load(table_row + offs_next // BLOCK_SIZE, mask=offs_next < context_len, other=0)
             k_rows = block * stride_kb + (offs_n % BLOCK_SIZE) * stride_kt
             v_rows = block * stride_vb + (offs_n % BLOCK_SIZE) * stride_vt
         else:
@@ -162,25 +173,32 @@ def _decode_kernel(
 def _reduce_splits_kernel(
     out_ptr, part_out_ptr, part_m_ptr, part_l_ptr,
     num_splits, num_heads, stride_os, stride_oh,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
+    """Combine the splits of BLOCK_H heads of one sequence: an online softmax over splits."""
     seq = tl.program_id(0)
-    head = tl.program_id(1)
-    offs_s = tl.arange(0, SPLITS_PAD)
-    s_mask = offs_s < num_splits
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_mask = offs_h < num_heads
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    base = (seq.to(tl.int64) * num_heads + head) * num_splits
-    m = tl.load(part_m_ptr + base + offs_s, mask=s_mask, other=float("-inf"))
-    l = tl.load(part_l_ptr + base + offs_s, mask=s_mask, other=0.0)
-    m_max = tl.max(m, axis=0)
-    m_max = tl.where(m_max == float("-inf"), 0.0, m_max)  # all splits empty (context 0)
-    weight = tl.exp2(m - m_max)  # empty split: exp2(-inf) = 0
-    total = tl.sum(weight * l, axis=0)
-    acc = tl.load(part_out_ptr + (base + offs_s)[:, None] * HEAD_DIM_PAD + offs_d[None, :],
-                  mask=s_mask[:, None], other=0.0)
-    out = tl.sum(acc * weight[:, None], axis=0) / tl.where(total > 0, total, 1.0)
-    tl.store(out_ptr + seq.to(tl.int64) * stride_os + head * stride_oh + offs_d,
-             out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
+    base = (seq.to(tl.int64) * num_heads + offs_h) * num_splits  # [BLOCK_H]
+    m_run = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_run = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, HEAD_DIM_PAD], dtype=tl.float32)
+    for split in range(0, num_splits):
+        m_s = tl.load(part_m_ptr + base + split, mask=h_mask, other=float("-inf"))
+        l_s = tl.load(part_l_ptr + base + split, mask=h_mask, other=0.0)
+        acc_s = tl.load(part_out_ptr + (base + split)[:, None] * HEAD_DIM_PAD + offs_d[None, :],
+                        mask=h_mask[:, None], other=0.0)
+        m_new = tl.maximum(m_run, m_s)
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # empty so far: exp2(-inf) = 0, not NaN
+        alpha = tl.exp2(m_run - m_ref)
+        beta = tl.exp2(m_s - m_ref)
+        l_run = l_run * alpha + l_s * beta
+        acc = acc * alpha[:, None] + acc_s * beta[:, None]
+        m_run = m_new
+    out = acc / tl.where(l_run > 0, l_run, 1.0)[:, None]  # context 0 -> zeros
+    tl.store(out_ptr + seq.to(tl.int64) * stride_os + offs_h[:, None] * stride_oh + offs_d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=h_mask[:, None] & (offs_d[None, :] < HEAD_DIM))
 
 
 # ---- launch configuration ---------------------------------------------------------------
@@ -200,9 +218,36 @@ def choose_num_splits(num_seqs: int, kv_programs: int, max_context: int, sms: in
     return max(1, min(wanted, by_length, MAX_SPLITS))
 
 
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How a decode call is cut into programs (shared by the paged and contiguous kernels)."""
+
+    head_dim_pad: int  # head_dim rounded up to a power of two (>= 16)
+    block_m: int  # query-head rows per program (>= 16 for tl.dot)
+    head_chunks: int  # programs per KV head along its query group
+    tile_n: int  # key tokens per loop iteration
+    num_splits: int  # split-K factor (1 = no second kernel)
+    num_stages: int  # software-pipeline depth of the key loop
+
+
+def launch_plan(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: int, *, max_context: int,
+                device: torch.device, num_splits: int | None = None, tile_size: int | None = None,
+                num_stages: int | None = None) -> LaunchPlan:
+    """The launch configuration a decode call with these sizes uses (see module docstring)."""
+    group = num_heads // num_kv_heads
+    head_dim_pad = max(16, rt.next_pow2(head_dim))
+    block_m = max(16, min(rt.next_pow2(group), 64 if head_dim_pad <= 128 else 32))
+    head_chunks = -(-group // block_m)
+    if num_splits is None:
+        num_splits = choose_num_splits(num_seqs, num_kv_heads * head_chunks, max_context, rt.num_sms(device))
+    return LaunchPlan(head_dim_pad, block_m, head_chunks, tile_size or default_tile_size(head_dim), num_splits,
+                      num_stages or DEFAULT_NUM_STAGES)
+
+
 def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool, block_size: int,
                   scale: float, sliding_window: int | None, alibi_slopes: torch.Tensor | None,
-                  num_splits: int | None, max_context: int, tile_size: int | None) -> torch.Tensor:
+                  num_splits: int | None, max_context: int, tile_size: int | None,
+                  num_stages: int | None = None) -> torch.Tensor:
     """Launch the shared kernel (and the split reduction). Inputs are already validated.
 
     ``k_cache``/``v_cache`` strides: paged [block, token, head, dim]; contiguous
@@ -210,20 +255,16 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
     """
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[-2]
-    group = num_heads // num_kv_heads
-    head_dim_pad = max(16, rt.next_pow2(head_dim))
-    block_m = max(16, min(rt.next_pow2(group), 64 if head_dim_pad <= 128 else 32))
-    head_chunks = -(-group // block_m)
-    tile_n = tile_size or default_tile_size(head_dim)
     device = q.device
-    if num_splits is None:
-        num_splits = choose_num_splits(num_seqs, num_kv_heads * head_chunks, max_context, rt.num_sms(device))
+    plan = launch_plan(num_seqs, num_heads, num_kv_heads, head_dim, max_context=max_context, device=device,
+                       num_splits=num_splits, tile_size=tile_size, num_stages=num_stages)
+    head_dim_pad, num_splits = plan.head_dim_pad, plan.num_splits
     if num_seqs == 0:
         return out
     split = num_splits > 1
     # NOTE: Triton's interpreter multiplies bf16 dot operands wrongly (3.x); there the bf16
     # values are upcast to fp32 before the dots -- the same products, fp32 accumulation.
-    dot_upcast = q.dtype == torch.bfloat16 and rt.interpreter_active()
+    dot_upcast = q.dtype == torch.bfloat16 and device.type == "cpu" and rt.interpreter_active()
     if split:
         part_out = torch.empty(num_seqs, num_heads, num_splits, head_dim_pad, dtype=torch.float32, device=device)
         part_m = torch.empty(num_seqs, num_heads, num_splits, dtype=torch.float32, device=device)
@@ -238,7 +279,7 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
         stride_kb, stride_kt, stride_kh = k_cache.stride(0), 0, k_cache.stride(1)
         stride_vb, stride_vt, stride_vh = v_cache.stride(0), 0, v_cache.stride(1)
         stride_index = 0
-    grid = (num_seqs, num_kv_heads * head_chunks, num_splits)
+    grid = (num_seqs, num_kv_heads * plan.head_chunks, num_splits)
     _decode_kernel[grid](
         out, q, k_cache, v_cache, index, context_lens,
         alibi_slopes if alibi_slopes is not None else q,
@@ -247,18 +288,18 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
         sliding_window or 0, num_splits, num_heads,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_index,
-        QUERY_GROUP=group, HEAD_CHUNKS=head_chunks, BLOCK_M=block_m,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, TILE_N=tile_n,
+        QUERY_GROUP=num_heads // num_kv_heads, HEAD_CHUNKS=plan.head_chunks, BLOCK_M=plan.block_m,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, TILE_N=plan.tile_n,
         BLOCK_SIZE=block_size, PAGED=paged, USE_WINDOW=sliding_window is not None,
         USE_ALIBI=alibi_slopes is not None, SPLIT=split,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or dot_upcast else "tf32", DOT_UPCAST=dot_upcast,
-        num_warps=4,
+        num_warps=4, num_stages=plan.num_stages,
     )
     if split:
-        _reduce_splits_kernel[(num_seqs, num_heads)](
+        block_h = min(rt.next_pow2(num_heads), 16)
+        _reduce_splits_kernel[(num_seqs, triton.cdiv(num_heads, block_h))](
             out, part_out, part_m, part_l, num_splits, num_heads, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=rt.next_pow2(num_splits),
-            num_warps=4,
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_H=block_h, num_warps=4,
         )
     return out
 
@@ -267,7 +308,7 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
 
 
 def validate_decode_common(q, k_cache, v_cache, context_lens, *, cache_ndim: int, scale,
-                           sliding_window, alibi_slopes, num_splits, tile_size, out):
+                           sliding_window, alibi_slopes, num_splits, tile_size, out, num_stages=None):
     """Checks both decode wrappers share; returns (device, scale, alibi_slopes as fp32)."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, torch.Tensor):
@@ -315,6 +356,8 @@ def validate_decode_common(q, k_cache, v_cache, context_lens, *, cache_ndim: int
     if tile_size is not None and not (isinstance(tile_size, int) and rt.is_pow2(tile_size)
                                       and 16 <= tile_size <= 256):
         raise ValueError(f"tile_size must be None or a power of two in 16..256, got {tile_size!r}")
+    if num_stages is not None and not (isinstance(num_stages, int) and 1 <= num_stages <= 8):
+        raise ValueError(f"num_stages must be None or an int in 1..8, got {num_stages!r}")
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1):
         raise ValueError(f"out must be a {q.dtype} tensor shaped like q {tuple(q.shape)} with stride(-1) == 1")
     return device, float(scale), alibi_slopes
@@ -333,6 +376,7 @@ def paged_decode_attention(
     num_splits: int | None = None,
     max_context_len: int | None = None,
     tile_size: int | None = None,
+    num_stages: int | None = None,
     out: torch.Tensor | None = None,
     backend: rt.Backend = "auto",
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim], dtype of q
@@ -346,6 +390,7 @@ def paged_decode_attention(
         max_context_len: bound on context_lens for the heuristic; default
             ``max_blocks * block_size`` (no device sync).
         tile_size: tokens per key tile (power of two, 16..256); default 64 (32 at head_dim > 128).
+        num_stages: software-pipeline depth of the key loop (Triton ``num_stages``); default 3.
         out: optional output buffer shaped like ``q``.
         backend: "auto" | "triton" | "torch", see ``kernels._runtime``.
 
@@ -355,7 +400,7 @@ def paged_decode_attention(
     """
     device, scale, alibi_slopes = validate_decode_common(
         q, k_cache, v_cache, context_lens, cache_ndim=4, scale=scale, sliding_window=sliding_window,
-        alibi_slopes=alibi_slopes, num_splits=num_splits, tile_size=tile_size, out=out)
+        alibi_slopes=alibi_slopes, num_splits=num_splits, tile_size=tile_size, out=out, num_stages=num_stages)
     block_size = k_cache.shape[1]
     if not (rt.is_pow2(block_size) and block_size <= MAX_BLOCK_SIZE):
         raise ValueError(f"block_size (k_cache.shape[1]) must be a power of two in 1..{MAX_BLOCK_SIZE}, "
@@ -382,7 +427,7 @@ def paged_decode_attention(
     return decode_launch(q, k_cache, v_cache, block_tables, context_lens, out, paged=True,
                          block_size=block_size, scale=scale, sliding_window=sliding_window,
                          alibi_slopes=alibi_slopes, num_splits=num_splits, max_context=max_context,
-                         tile_size=tile_size)
+                         tile_size=tile_size, num_stages=num_stages)
 
 
 def _check_paged_ranges(block_tables, context_lens, block_size: int, num_blocks: int) -> None:

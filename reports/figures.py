@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
 
 CATEGORY_COLORS = {
     "token_states": "#2e7d32",
@@ -72,19 +73,32 @@ def system_colors(names: list[str]) -> dict[str, str]:
 def to_data_uri(fig: Figure) -> str:
     """A figure as an inline PNG data URI; closes the figure."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    # NOTE: this module's figures use constrained layout with legends placed "outside", so
+    # they need no tight bounding-box pass (which draws a figure twice); other figures
+    # (legends anchored outside their axes by hand) keep it.
+    constrained = isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches=None if constrained else "tight")
     plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def subplots(*args, **kwargs):
+    """``plt.subplots`` with constrained layout (room for titles and outside legends)."""
+    return plt.subplots(*args, layout="constrained", **kwargs)
+
+
 def _legend_right(ax, **kwargs) -> None:
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, **kwargs)
+    """The axes' legend outside the plot, at the figure's upper right."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.figure.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False,
+                         **kwargs)
 
 
 def breakdown_bars(systems: dict[str, dict]) -> Figure:
     """Step-weighted memory breakdown, one stacked bar per system (percent of the pool)."""
     names = list(systems)
-    fig, ax = plt.subplots(figsize=(2.2 + 1.2 * len(names), 4.2))
+    fig, ax = subplots(figsize=(2.2 + 1.2 * len(names), 4.2))
     bottoms = np.zeros(len(names))
     for category, color in CATEGORY_COLORS.items():
         values = np.array([systems[n]["memory"].get(f"{category}_pct") or 0.0 for n in names])
@@ -102,7 +116,7 @@ def breakdown_bars(systems: dict[str, dict]) -> Figure:
 def memory_timelines(steps: dict[str, pd.DataFrame], capacity: dict[str, int]) -> Figure:
     """Memory categories over simulated time, one panel per system (stacked areas)."""
     names = list(steps)
-    fig, axes = plt.subplots(len(names), 1, figsize=(8, 1.9 * len(names) + 0.8), sharex=True,
+    fig, axes = subplots(len(names), 1, figsize=(8, 1.9 * len(names) + 0.8), sharex=True,
                              squeeze=False)
     for ax, name in zip(axes[:, 0], names):
         frame = _thin(steps[name])
@@ -118,11 +132,15 @@ def memory_timelines(steps: dict[str, pd.DataFrame], capacity: dict[str, int]) -
     return fig
 
 
+def tighten_suptitle(fig: Figure) -> None:
+    """Kept for callers: constrained layout already places the figure title."""
+
+
 def line_over_time(steps: dict[str, pd.DataFrame], column: str, ylabel: str, title: str,
                    colors: dict[str, str], scale: dict[str, float] | None = None,
                    cumulative: bool = False) -> Figure:
     """One line per system of a step column over time (optionally its running sum)."""
-    fig, ax = plt.subplots(figsize=(8, 3.2))
+    fig, ax = subplots(figsize=(8, 3.2))
     for name, frame in steps.items():
         values = frame[column].cumsum() if cumulative else frame[column]
         factor = scale[name] if scale else 1.0
@@ -142,7 +160,7 @@ def grouped_bars(systems: dict[str, dict], series: dict[str, callable], ylabel: 
     """Groups on x (one per entry of ``series``), one bar per system in system colours."""
     names = list(systems)
     groups = list(series)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 + 1.1 * len(groups) * max(1, len(names)) / 3), 3.4))
+    fig, ax = subplots(figsize=(max(5.0, 1.3 + 1.1 * len(groups) * max(1, len(names)) / 3), 3.4))
     width = 0.8 / max(1, len(names))
     x = np.arange(len(groups))
     for i, name in enumerate(names):
@@ -163,7 +181,7 @@ def panel_bars(systems: dict[str, dict], panels: list[tuple[str, callable]], tit
                colors: dict[str, str]) -> Figure:
     """Side-by-side panels, each one bar per system (the panel title is the y label)."""
     names = list(systems)
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.6, 3.3), squeeze=False)
+    fig, axes = subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.6, 3.3), squeeze=False)
     for ax, (label, get) in zip(axes[0], panels):
         values = [get(systems[n]) for n in names]
         ax.bar(names, [np.nan if v is None else v for v in values],
@@ -172,10 +190,8 @@ def panel_bars(systems: dict[str, dict], panels: list[tuple[str, callable]], tit
         ax.set_xlabel("system")
         ax.tick_params(axis="x", labelrotation=30)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names]
-    fig.legend(handles, names, loc="upper right", fontsize=8, frameon=False,
-               bbox_to_anchor=(1.0, 1.0), ncol=min(len(names), 6))
-    fig.suptitle(title, x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.legend(handles, names, loc="outside right upper", fontsize=8, frameon=False)
+    fig.suptitle(title)
     return fig
 
 
@@ -183,7 +199,7 @@ def latency_percentiles(systems: dict[str, dict], colors: dict[str, str]) -> Fig
     """TTFT, TPOT and end-to-end latency at p50/p90/p99, one bar per system."""
     kinds = [("ttft_s", "TTFT (s)"), ("tpot_s", "TPOT (s/token)"), ("e2e_s", "end-to-end (s)")]
     names = list(systems)
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig, axes = subplots(1, 3, figsize=(12, 3.4))
     width = 0.8 / max(1, len(names))
     pcts = ["p50", "p90", "p99"]
     x = np.arange(len(pcts))
@@ -197,15 +213,14 @@ def latency_percentiles(systems: dict[str, dict], colors: dict[str, str]) -> Fig
         ax.set_xlabel("percentile")
         ax.set_ylabel(label)
         ax.set_title(label.split(" (")[0])
-    axes[-1].legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _legend_right(axes[0])
     fig.suptitle("Latency percentiles")
-    fig.tight_layout()
     return fig
 
 
 def latency_cdf(requests: dict[str, pd.DataFrame], colors: dict[str, str]) -> Figure:
     """CDF of normalized latency (end-to-end / output tokens) of finished requests."""
-    fig, ax = plt.subplots(figsize=(8, 3.4))
+    fig, ax = subplots(figsize=(8, 3.4))
     for name, frame in requests.items():
         done = frame[frame["status"] == "finished"]
         if done.empty:

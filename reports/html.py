@@ -22,7 +22,7 @@ figcaption{color:#555;font-size:.85em}
 .absent{color:#666;font-style:italic}
 .holds{color:#1b5e20;font-weight:600}.fails{color:#b71c1c;font-weight:600}
 .unmeasured{color:#666}
-nav a{margin-right:1em}
+nav a{margin-right:1em}.scroll{overflow-x:auto;max-width:100%}
 """
 
 
@@ -39,8 +39,8 @@ def fmt(value: object, digits: int = 2) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             return "–"
-        if value != 0 and abs(value) < 10 ** (-digits):
-            return f"{value:.{digits}g}" if abs(value) >= 1e-3 else f"{value:.2e}"
+        if value != 0 and abs(value) < 1:
+            return f"{value:.3g}" if abs(value) >= 1e-4 else f"{value:.2e}"
         return f"{value:,.{digits}f}"
     if isinstance(value, int):
         return f"{value:,}"
@@ -63,7 +63,8 @@ def table(header: list[str], rows: list[list], *, text_columns: tuple[int, ...] 
     body = "".join("<tr>" + "".join(cell(i, c, "td") for i, c in enumerate(row)) + "</tr>"
                    for row in rows)
     attr = f" id='{esc(css_id)}'" if css_id else ""
-    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (f"<div class='scroll'><table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+            "</table></div>")
 
 
 def figure(data_uri: str, alt: str, caption: str | None = None) -> str:

@@ -1,104 +1,411 @@
-"""Render a run directory's results into one self-contained ``report.html``."""
+"""Render a run directory's results into one self-contained ``report.html``.
+
+Sections: header, summary (with a plain-words verdict of what paging bought),
+memory, serving, kernels and GPU telemetry (when measured), theory and claims,
+workload and run details. Every figure is an inline PNG; the file has no links
+to anything outside itself.
+"""
 
 from __future__ import annotations
 
-import html
+import sys
+import traceback
 from pathlib import Path
 
-import pandas as pd
+from harness.results import atomic_write_text
+from reports import figures as F
+from reports.claims import FAILS, HOLDS, evaluate_claims
+from reports.html import absent, esc, figure, fmt, page, table
+from reports.metrics import energy_per_token_j, waste_pct
+from reports.rundata import RunData, load_run
+from reports.telemetry import telemetry_figure
 
-from harness.results import atomic_write_text, read_results
-from reports.figures import (breakdown_bars, line_over_time, memory_timelines, system_colors,
-                             to_data_uri)
-
-_STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;
-color:#222;padding:0 1em}
-h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
-td,th{border:1px solid #ddd;padding:.25em .55em;text-align:right}
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-img{max-width:100%;display:block;margin:.5em 0}.meta{color:#555;font-size:.9em}
-.note{background:#fff8e1;border-left:3px solid #ffb300;padding:.4em .8em}
-"""
-
-
-def _fmt(value, digits: int = 2) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return html.escape(str(value))
-
-
-def _table(header: list[str], rows: list[list]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{_fmt(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+SECTIONS = [("summary", "Summary"), ("memory", "Memory"), ("serving", "Serving"),
+            ("kernels", "Kernels"), ("telemetry", "GPU telemetry"),
+            ("claims", "Theory and claims"), ("workload", "Workload and run")]
 
 
 def summary_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
     """The headline table: one row per system."""
-    header = ["system", "token states %", "reserved %", "internal frag %", "external frag %",
-              "idle %", "sharing savings %", "prefix hit rate", "mean batch", "max batch",
+    header = ["system", "allocator", "token states %", "waste % of used", "mean batch",
               "req/s", "output tok/s", "TTFT p50 (s)", "TPOT p50 (s)", "e2e p99 (s)",
-              "norm. latency (s/token)", "preemptions", "rejected"]
+              "norm. latency (s/token)", "preemptions", "finished", "rejected"]
     rows = []
     for name, s in systems.items():
-        m, lat = s["memory"], s["latency"]
-        rows.append([name, m["token_states_pct"], m["reserved_pct"], m["internal_fragmentation_pct"],
-                     m["external_fragmentation_pct"], m["idle_pct"], m["sharing_savings_pct"],
-                     s["prefix_cache"]["hit_rate"], s["batch"]["mean_seqs"], s["batch"]["max_seqs"],
-                     s["throughput"]["requests_per_s"], s["throughput"]["output_tokens_per_s"],
-                     lat["ttft_s"]["p50"], lat["tpot_s"]["p50"], lat["e2e_s"]["p99"],
+        lat = s["latency"]
+        rows.append([name, s.get("label", ""), s["memory"]["token_states_pct"], waste_pct(s),
+                     s["batch"]["mean_seqs"], s["throughput"]["requests_per_s"],
+                     s["throughput"]["output_tokens_per_s"], lat["ttft_s"]["p50"],
+                     lat["tpot_s"]["p50"], lat["e2e_s"]["p99"],
                      lat["normalized_s_per_token"]["mean"], s["preemptions"],
-                     s["requests"]["rejected"]])
+                     s["requests"]["finished"], s["requests"]["rejected"]])
     return header, rows
 
 
-def render_run_report(run_dir: Path) -> Path:
-    """Write ``run_dir/report.html`` from the results and step tables found there."""
-    run_dir = Path(run_dir)
-    results = read_results(run_dir / "results.json")
-    systems = results["systems"]
-    names = list(systems)
-    colors = system_colors(names)
-    steps = {n: pd.read_csv(run_dir / f"steps_{n}.csv") for n in names
-             if (run_dir / f"steps_{n}.csv").exists()}
-    capacity = {n: systems[n]["memory"]["capacity_slots"] for n in names}
-    parts = [f"<h1>pagebench report: {html.escape(results['workload'].get('name', ''))}</h1>"]
-    meta = (f"workload <b>{html.escape(str(results['workload'].get('name')))}</b> · model "
-            f"<b>{html.escape(results['model']['name'])}</b> · hardware "
-            f"<b>{html.escape(results['hardware']['name'])}</b> · executor "
-            f"<b>{html.escape(results['executor'])}</b> · seed {results['seed']} · block size "
-            f"{results['block_size']} · KV capacity {results['capacity_slots']:,} slots · "
-            f"pagebench {html.escape(results['pagebench_version'])}")
-    parts.append(f"<p class='meta'>{meta}</p>")
-    if not results.get("complete", True):
+def memory_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
+    header = ["system", "token states %", "reserved %", "internal: over-reservation %",
+              "internal: rounding %", "external frag %", "idle %", "block-level usage %",
+              "token-level usage %", "sharing savings %", "prefix hit rate %",
+              "mean largest free extent (slots)", "capacity (slots)"]
+    rows = []
+    for name, s in systems.items():
+        m = s["memory"]
+        hit = (s.get("prefix_cache") or {}).get("hit_rate")
+        rows.append([name, m["token_states_pct"], m["reserved_pct"],
+                     m.get("internal_over_reservation_pct"), m.get("internal_rounding_pct"),
+                     m["external_fragmentation_pct"], m["idle_pct"], m.get("block_level_usage_pct"),
+                     m.get("token_level_usage_pct"), m.get("sharing_savings_pct"),
+                     None if hit is None else 100.0 * hit,
+                     m.get("mean_largest_free_extent_slots"), m["capacity_slots"]])
+    return header, rows
+
+
+def latency_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
+    header = ["system"]
+    keys = [("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "e2e"),
+            ("normalized_s_per_token", "normalized")]
+    for _, label in keys:
+        header += [f"{label} p50", f"{label} p90", f"{label} p99"]
+    rows = []
+    for name, s in systems.items():
+        row = [name]
+        for key, _ in keys:
+            lat = s["latency"].get(key, {})
+            row += [lat.get("p50"), lat.get("p90"), lat.get("p99")]
+        rows.append(row)
+    return header, rows
+
+
+def _headline_sentence(systems: dict[str, dict]) -> str | None:
+    """What paging bought on this workload, in one sentence (paged vs the best contiguous)."""
+    paged = {n: s for n, s in systems.items() if s.get("allocator", {}).get("kind") == "paged"}
+    contiguous = {n: s for n, s in systems.items()
+                  if s.get("allocator", {}).get("kind") == "contiguous"}
+    if not paged or not contiguous:
+        return None
+    def best(group: dict[str, dict]) -> str:  # highest throughput, then least waste
+        return max(group, key=lambda n: (group[n]["throughput"]["requests_per_s"] or 0.0,
+                                         -(waste_pct(group[n]) or 0.0)))
+
+    p_name, c_name = best(paged), best(contiguous)
+    p, c = paged[p_name], contiguous[c_name]
+
+    def ratio(a, b):
+        return f"{a / b:.2f}×" if a and b else "–"
+
+    return (f"On this workload <b>{esc(p_name)}</b> left {fmt(waste_pct(p), 1)}% of the KV memory "
+            f"it used without token states vs {fmt(waste_pct(c), 1)}% for the best contiguous "
+            f"system (<b>{esc(c_name)}</b>), ran a mean batch of {fmt(p['batch']['mean_seqs'], 1)} "
+            f"vs {fmt(c['batch']['mean_seqs'], 1)} sequences "
+            f"({ratio(p['batch']['mean_seqs'], c['batch']['mean_seqs'])}) and served "
+            f"{ratio(p['throughput']['requests_per_s'], c['throughput']['requests_per_s'])} "
+            "the requests per second.")
+
+
+def _name(node) -> str | None:
+    return node.get("name") if isinstance(node, dict) else node
+
+
+def _header(run: RunData) -> list[str]:
+    r = run.results or {}
+    k = run.kernel_results or {}
+    info = run.run_info
+    executor = r.get("executor") or k.get("executor") or "–"
+    executors = [s.get("executor") for s in run.systems.values() if isinstance(s.get("executor"), dict)]
+    device = (r.get("device") or info.get("device") or k.get("device")
+              or next((e.get("device") for e in executors if e.get("device")), None))
+    if isinstance(device, dict):
+        device = device.get("name") or ", ".join(f"{a}={b}" for a, b in device.items())
+    workload = (r.get("workload") or {}).get("name") or (r.get("workload") or {}).get("kind")
+    fields = [
+        ("workload", workload or ("kernel benchmark" if k else "–")),
+        ("model", (r.get("model") or {}).get("name") or _name(k.get("model"))),
+        ("hardware", (r.get("hardware") or {}).get("name") or _name(k.get("hardware"))),
+        ("executor", f"{executor} on {device}" if device else executor),
+        ("seed", r.get("seed", k.get("seed"))),
+        ("block size", r.get("block_size")),
+        ("KV capacity", f"{r['capacity_slots']:,} slots" if r.get("capacity_slots") else None),
+        ("pagebench", r.get("pagebench_version") or k.get("pagebench_version")),
+        ("date", info.get("created") or r.get("created") or k.get("created")),
+    ]
+    meta = " · ".join(f"{esc(name)} <b>{esc(value)}</b>" for name, value in fields
+                      if value not in (None, ""))
+    title = f"pagebench report: {workload or 'kernels'}"
+    parts = [f"<h1>{esc(title)}</h1>", f"<p class='meta' id='run-meta'>{meta}</p>"]
+    parts.append("<nav>" + "".join(f"<a href='#{sid}'>{esc(label)}</a>" for sid, label in SECTIONS)
+                 + "</nav>")
+    if r and not r.get("complete", True):
         parts.append("<p class='note'>This run is incomplete "
-                     f"({html.escape(str(results.get('stop_reason', 'stopped early')))}): "
-                     "figures cover what finished.</p>")
-    header, rows = summary_rows(systems)
-    parts.append("<h2>Summary</h2>" + _table(header, rows))
-    if systems:
-        parts.append("<h2>Memory</h2>")
-        parts.append(f"<img alt='memory breakdown per system' src='{to_data_uri(breakdown_bars(systems))}'>")
+                     f"({esc(r.get('stop_reason', 'stopped early'))}): figures cover what "
+                     "finished.</p>")
+    return parts
+
+
+def _memory_section(run: RunData, colors: dict[str, str]) -> list[str]:
+    systems, steps = run.systems, run.steps
+    parts = ["<h2 id='memory'>Memory</h2>"]
+    if not systems:
+        return parts + [absent("Serving memory")]
+    parts.append(figure(F.to_data_uri(F.breakdown_bars(systems)), "memory breakdown per system",
+                        "Time-averaged share of the KV pool in each category. Internal "
+                        "fragmentation is split into policy over-reservation and allocator "
+                        "rounding (buddy power-of-two, the tail of a last block)."))
+    header, rows = memory_rows(systems)
+    parts.append(table(header, rows, text_columns=(0,), css_id="memory-table"))
+    capacity = {n: systems[n]["memory"]["capacity_slots"] for n in systems}
     if steps:
-        parts.append(f"<img alt='memory over time' src='{to_data_uri(memory_timelines(steps, capacity))}'>")
-        extent = line_over_time(steps, "largest_free_extent", "largest free extent (% of pool)",
-                                "Largest free extent", colors,
-                                {n: 100.0 / capacity[n] for n in steps})
-        parts.append(f"<img alt='largest free extent' src='{to_data_uri(extent)}'>")
-        parts.append("<h2>Serving</h2>")
-        batch = line_over_time(steps, "num_seqs", "running sequences", "Batch size over time", colors)
-        parts.append(f"<img alt='batch size over time' src='{to_data_uri(batch)}'>")
-    workload_rows = [[k, v] for k, v in results["workload"].items() if not isinstance(v, (dict, list))]
-    parts.append("<h2>Workload</h2>" + _table(["field", "value"], workload_rows))
-    page = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>pagebench report</title><style>{_STYLE}</style></head><body>"
-            + "\n".join(parts) + "</body></html>\n")
-    out = run_dir / "report.html"
-    atomic_write_text(out, page)
+        parts.append(figure(F.to_data_uri(F.memory_timelines(steps, capacity)), "memory over time"))
+        scale = {n: 100.0 / capacity[n] for n in steps}
+        parts.append(figure(F.to_data_uri(F.line_over_time(
+            steps, "largest_free_extent", "largest free extent (% of pool)",
+            "Largest free extent (room for one new contiguous request)", colors, scale)),
+            "largest free extent over time"))
+        parts.append(figure(F.to_data_uri(_usage_over_time(steps, scale, colors)),
+                            "block-level vs token-level usage over time"))
+    else:
+        parts.append(absent("Per-step timelines (no steps_<system> tables)"))
+    parts.append(figure(F.to_data_uri(F.panel_bars(systems, [
+        ("block-level usage (% of pool)", lambda s: s["memory"].get("block_level_usage_pct")),
+        ("token-level usage (% of pool)", lambda s: s["memory"].get("token_level_usage_pct")),
+        ("sharing savings (% of logical)", lambda s: s["memory"].get("sharing_savings_pct")),
+        ("prefix-cache hit rate (%)",
+         lambda s: 100.0 * ((s.get("prefix_cache") or {}).get("hit_rate") or 0.0)),
+    ], "Usage, sharing and prefix caching (time-averaged)", colors)),
+        "usage, sharing savings and prefix-cache hit rate per system"))
+    return parts
+
+
+def _usage_over_time(steps, scale, colors):
+    """Per system: token-level usage (line) under block-level usage; the band is unfilled."""
+    names = list(steps)
+    fig, axes = F.subplots(len(names), 1, figsize=(8, 1.5 * len(names) + 0.9), sharex=True,
+                           squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        sub = F._thin(steps[name])
+        block = sub["allocated_slots"] * scale[name]
+        token = sub["token_states"] * scale[name]
+        ax.fill_between(sub["time_s"], token, block, step="post", color=colors[name], alpha=0.3,
+                        linewidth=0, label="allocated, no token state")
+        ax.plot(sub["time_s"], block, color=colors[name], linewidth=0.9, drawstyle="steps-post",
+                label="block-level (allocated)")
+        ax.plot(sub["time_s"], token, color="black", linewidth=0.7, drawstyle="steps-post",
+                label="token-level (token states)")
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("% of pool")
+        ax.set_title(name, fontsize=9, loc="left")
+    F._legend_right(axes[0, 0])
+    axes[-1, 0].set_xlabel("time (s)")
+    fig.suptitle("Block-level vs token-level usage")
+    return fig
+
+
+def _serving_section(run: RunData, colors: dict[str, str]) -> list[str]:
+    systems, steps = run.systems, run.steps
+    parts = ["<h2 id='serving'>Serving</h2>"]
+    if not systems:
+        return parts + [absent("Serving")]
+    parts.append(figure(F.to_data_uri(F.panel_bars(systems, [
+        ("requests/s", lambda s: s["throughput"]["requests_per_s"]),
+        ("output tokens/s", lambda s: s["throughput"]["output_tokens_per_s"]),
+        ("mean batch (sequences)", lambda s: s["batch"]["mean_seqs"]),
+    ], "Throughput and batch size", colors)), "throughput per system"))
+    if steps:
+        parts.append(figure(F.to_data_uri(F.line_over_time(
+            steps, "num_seqs", "running sequences", "Batch size over time", colors)),
+            "batch size over time"))
+    parts.append(figure(F.to_data_uri(F.latency_percentiles(systems, colors)),
+                        "latency percentiles"))
+    header, rows = latency_rows(systems)
+    parts.append("<h3>Latency (seconds; normalized = end-to-end / output tokens, s/token)</h3>")
+    parts.append(table(header, rows, digits=4, css_id="latency-table"))
+    finished = {n: f for n, f in run.requests.items() if (f["status"] == "finished").any()}
+    if finished:
+        parts.append(figure(F.to_data_uri(F.latency_cdf(finished, colors)),
+                            "normalized latency distribution"))
+    parts.append("<h3>Preemptions, swaps and rejections</h3>")
+    rows = [[n, s["preemptions"], s.get("swaps", 0), s["requests"]["rejected"],
+             s["requests"].get("unfinished", 0),
+             ", ".join(f"{k}: {v}" for k, v in (s.get("rejected_reasons") or {}).items()) or "–"]
+            for n, s in systems.items()]
+    parts.append(table(["system", "preemptions", "swaps", "rejected", "unfinished",
+                        "rejection reasons"], rows, text_columns=(0, 5), css_id="preemption-table"))
+    executor_table = _executor_table(systems)
+    if executor_table:
+        parts.append("<h3>Executor measurements (real model and KV tensors)</h3>" + executor_table)
+    if steps and any(int(f["num_preempted"].sum()) for f in steps.values()):
+        parts.append(figure(F.to_data_uri(F.line_over_time(
+            steps, "num_preempted", "preemptions so far (count)", "Preemptions over time", colors,
+            cumulative=True)), "preemptions over time"))
+    return parts
+
+
+def _executor_table(systems: dict[str, dict]) -> str | None:
+    """The torch executor's own report per system: scalars, and the median of timing stats."""
+    reports = {n: s["executor"] for n, s in systems.items() if isinstance(s.get("executor"), dict)}
+    if not reports:
+        return None
+    fields: dict[str, None] = {}
+    for report in reports.values():
+        for key, value in report.items():
+            if key == "nvml":
+                continue
+            if isinstance(value, dict):
+                for stat in ("median", "p50", "mean"):
+                    if stat in value:
+                        fields[f"{key} ({stat})"] = None
+                        break
+            elif not isinstance(value, list):
+                fields[key] = None
+
+    def lookup(report: dict, field: str):
+        if field.endswith(")") and " (" in field:
+            key, stat = field[:-1].split(" (")
+            value = report.get(key)
+            return value.get(stat) if isinstance(value, dict) else None
+        return report.get(field)
+
+    rows = [[field, *[lookup(r, field) for r in reports.values()]] for field in fields]
+    return table(["measurement", *reports], rows, text_columns=(0,), digits=3,
+                 css_id="executor-table")
+
+
+def _kernel_section(run: RunData) -> list[str]:
+    parts = ["<h2 id='kernels'>Kernels</h2>"]
+    if run.kernel_results is None:
+        return parts + [absent("Kernel benchmarks (no kernel_results.json)")]
+    try:
+        from reports.kernel_figures import kernel_figures
+
+        figs = kernel_figures(run.kernel_results)
+    except ImportError:
+        figs = []
+        parts.append("<p class='note'>reports.kernel_figures is not available; the kernel "
+                     "results are listed below.</p>")
+    except Exception:  # noqa: BLE001 - a broken figure must not lose the whole report
+        print("warning: kernel figures failed:\n" + traceback.format_exc(), file=sys.stderr)
+        figs = []
+        parts.append("<p class='note'>The kernel figures could not be drawn (see the render "
+                     "log); the kernel results are listed below.</p>")
+    for i, fig in enumerate(figs):
+        parts.append(figure(F.to_data_uri(fig), f"kernel figure {i + 1}"))
+    summary = run.kernel_results.get("summary")
+    if isinstance(summary, dict) and summary and all(isinstance(v, dict) for v in summary.values()):
+        rows = []
+        for head, stats in summary.items():
+            ratio = stats.get("paged_over_contiguous") or {}
+            share = stats.get("indirection_share") or {}
+            rows.append([head, stats.get("points"), ratio.get("min"), ratio.get("median"),
+                         ratio.get("max"), None if share.get("median") is None
+                         else 100.0 * share["median"], None if share.get("max") is None
+                         else 100.0 * share["max"], stats.get("errors")])
+        parts.append(table(["head config", "points", "paged/contiguous min", "median", "max",
+                            "indirection share of decode step, median (%)", "max (%)", "errors"],
+                           rows, digits=3, css_id="kernel-summary-table"))
+    scalars = [[k, v] for k, v in run.kernel_results.items()
+               if isinstance(v, (int, float, str, bool)) and k not in ("schema_version", "schema")]
+    if scalars:
+        parts.append(table(["field", "value"], scalars, text_columns=(0, 1), digits=4,
+                           css_id="kernel-table"))
+    return parts
+
+
+def _telemetry_section(run: RunData, colors: dict[str, str]) -> list[str]:
+    parts = ["<h2 id='telemetry'>GPU telemetry</h2>"]
+    energy = {n: energy_per_token_j(s) for n, s in run.systems.items()}
+    energy = {n: v for n, v in energy.items() if v is not None}
+    notes = [s.get("nvml", {}).get("note") for s in run.systems.values()
+             if isinstance(s.get("nvml"), dict) and s["nvml"].get("note")]
+    if isinstance((run.results or {}).get("nvml"), dict) and run.results["nvml"].get("note"):
+        notes.append(run.results["nvml"]["note"])
+    if run.nvml is None and not energy:
+        parts.append(absent("NVML telemetry (no GPU or no samples file)"))
+    if run.nvml is not None:
+        fig = telemetry_figure(run.nvml, colors)
+        if fig is not None:
+            parts.append(figure(F.to_data_uri(fig), "GPU telemetry over time",
+                                f"{len(run.nvml):,} samples from {run.nvml_path.name}"))
+        else:
+            parts.append(f"<p class='note'>{esc(run.nvml_path.name)} has no time column or no "
+                         "numeric samples.</p>")
+    if energy:
+        parts.append(table(["system", "energy per output token (J)"],
+                           [[n, v] for n, v in energy.items()], digits=4, css_id="energy-table"))
+    for note in dict.fromkeys(notes):
+        parts.append(f"<p class='note'>{esc(note)}</p>")
+    return parts
+
+
+def _claims_section(run: RunData) -> list[str]:
+    parts = ["<h2 id='claims'>Theory and claims</h2>",
+             "<p>The reference article's claims (from <code>reports/claims.yaml</code>) next to "
+             "what this run measured. Worked examples are computed by this harness's own "
+             "allocators; the rest come from this run.</p>"]
+    rows = evaluate_claims(run)
+    header = ["claim", "article", "measured on", "measured", "expected", "unit", "verdict",
+              "how measured"]
+    body = []
+    for i, row in enumerate(rows):
+        cls = {HOLDS: "holds", FAILS: "fails"}.get(row.verdict, "unmeasured")
+        cells = ""
+        if i == 0 or rows[i - 1].claim_id != row.claim_id:
+            span = sum(1 for r in rows if r.claim_id == row.claim_id)
+            cells += (f"<td class='text' rowspan='{span}'>{esc(row.claim)}</td>"
+                      f"<td class='text' rowspan='{span}'>{esc(row.article_value)}</td>")
+        cells += (f"<td class='text'>{esc(row.subject)}</td><td>{fmt(row.measured)}</td>"
+                  f"<td class='text'>{esc(row.expected)}</td><td class='text'>{esc(row.unit)}</td>"
+                  f"<td class='text {cls}'>{esc(row.verdict)}</td>"
+                  f"<td class='text'>{esc(row.how)}</td>")
+        body.append(f"<tr data-claim='{esc(row.claim_id)}'>{cells}</tr>")
+    head = "".join(f"<th class='text'>{esc(h)}</th>" for h in header)
+    parts.append(f"<table id='claims-table'><thead><tr>{head}</tr></thead><tbody>"
+                 + "".join(body) + "</tbody></table>")
+    return parts
+
+
+def _workload_section(run: RunData) -> list[str]:
+    parts = ["<h2 id='workload'>Workload and run</h2>"]
+    workload = (run.results or {}).get("workload") or {}
+    rows = []
+    for key, value in workload.items():
+        if isinstance(value, dict) and all(not isinstance(v, (dict, list)) for v in value.values()):
+            value = ", ".join(f"{k}={fmt(v)}" for k, v in value.items())
+        elif isinstance(value, (dict, list)):
+            continue
+        rows.append([key, value])
+    if rows:
+        parts.append(table(["workload field", "value"], rows, text_columns=(0, 1),
+                           css_id="workload-table"))
+    info = run.run_info
+    info_rows = [[k, v] for k, v in info.items() if not isinstance(v, (dict, list))]
+    for name, sys_info in (info.get("systems") or {}).items():
+        info_rows.append([f"{name}: wall time (s)", sys_info.get("wall_time_s")])
+        info_rows.append([f"{name}: simulated steps/s", sys_info.get("steps_per_s")])
+    if info_rows:
+        parts.append(table(["run", "value"], info_rows, text_columns=(0, 1), css_id="run-table"))
+    return parts
+
+
+def render_run_report(run_dir: Path) -> Path:
+    """Write ``run_dir/report.html`` from the result files found there; returns its path."""
+    run = load_run(run_dir)
+    systems = run.systems
+    colors = F.system_colors(list(systems))
+    parts = _header(run)
+    parts.append("<h2 id='summary'>Summary</h2>")
+    if systems:
+        sentence = _headline_sentence(systems)
+        if sentence:
+            parts.append(f"<p id='headline'>{sentence}</p>")
+        header, rows = summary_rows(systems)
+        parts.append(table(header, rows, text_columns=(0, 1), css_id="summary-table"))
+    else:
+        parts.append(absent("Serving (this is a kernels-only run)"))
+    parts += _memory_section(run, colors)
+    parts += _serving_section(run, colors)
+    parts += _kernel_section(run)
+    parts += _telemetry_section(run, colors)
+    parts += _claims_section(run)
+    parts += _workload_section(run)
+    out = Path(run_dir) / "report.html"
+    atomic_write_text(out, page("pagebench report", parts))
     return out

@@ -220,7 +220,6 @@ def test_oom_admit_does_not_pull_cached_hits_out_of_the_queue():
     m = mgr()
     m.admit(1, toks(0, 33), 33, 33)
     m.free(1)
-    queue = m.pool.free_queue()
     m.admit(2, toks(1000, 8 * BS), 8 * BS, 8 * BS)
     queue = m.pool.free_queue()
     assert m.admit(3, toks(0, 100), 100, 100) is None  # 2 hits + 5 new > 3 free
@@ -255,3 +254,31 @@ def test_misuse_raises_value_errors_that_say_how_to_fix():
 def test_fits_empty_pool():
     m = mgr()
     assert m.fits_empty_pool(10, 176) and not m.fits_empty_pool(10, 177)
+
+
+def test_can_append_without_copy_flags_a_shared_partial_last_block():
+    m = mgr()
+    m.admit(1, toks(0, 20), 40, 20)
+    assert m.can_append_without_copy(1)
+    m.fork(1, 2, 40)
+    assert not m.can_append_without_copy(1) and not m.can_append_without_copy(2)
+    m.append(2, [1])
+    assert m.can_append_without_copy(1) and m.can_append_without_copy(2)
+
+
+def test_bulk_append_across_blocks_takes_the_queue_head_in_order():
+    m = mgr()
+    m.admit(1, toks(0, 33), 33, 33)
+    m.free(1)  # queue: 3..10, 2, 1(cached), 0(cached)
+    assert m.pool.cached_flags_at_head(11) == [False] * 9 + [True, True]
+    m.admit(2, toks(500, 5), 200, 5)  # block 3
+    assert m.append(2, toks(505, 100)) == []
+    assert m.block_table(2) == [3, 4, 5, 6, 7, 8, 9]
+    assert m.num_free_blocks == 4 and m.breakdown(False).cached_free_slots == 2 * BS
+
+
+def test_allocators_import_no_torch():
+    import subprocess
+    import sys
+    code = "import sys, allocators; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

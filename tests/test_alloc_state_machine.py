@@ -415,6 +415,6 @@ for _policy, _arena in _CONTIGUOUS_CASES:
     _machine = type(f"Contiguous_{_policy}_{_arena}", (ContiguousMachine,),
                     {"policy": _policy, "arena": _arena})
     _case = _machine.TestCase
-    _case.settings = settings(SETTINGS, max_examples=15, stateful_step_count=30)
+    _case.settings = settings(SETTINGS, max_examples=12, stateful_step_count=25)
     globals()[f"TestContiguous_{_policy}_{_arena}"] = _case
 del _policy, _arena, _machine, _case

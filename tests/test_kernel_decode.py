@@ -165,7 +165,7 @@ CASES = [
 def test_paged_decode_matches_float64_reference(request, block_size, head_dim, dtype, group, num_splits):
     seed = seed_of(request)
     ratio, kv_heads = group
-    lens = ragged_lens(block_size, long=max(2 * block_size + 37, 150))
+    lens = ragged_lens(block_size, long=max(block_size + 70, 150))
     case = make_case(seed, lens, num_heads=ratio * kv_heads, num_kv_heads=kv_heads, head_dim=head_dim,
                      block_size=block_size, dtype=dtype)
     out = case.poisoned_out()
@@ -210,6 +210,16 @@ def test_split_k_agrees_with_no_split(request, num_splits):
                                    num_splits=num_splits, out=case.poisoned_out())
     assert_matches(split, case.reference(), F32, seed)
     torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-5)
+
+
+def test_query_group_larger_than_a_program_is_chunked(request):
+    """MQA with 72 query heads: more rows than one program holds (64), so two chunks per KV head."""
+    seed = seed_of(request)
+    case = make_case(seed, [1, 40], num_heads=72, num_kv_heads=1, head_dim=80, block_size=32, dtype=F16)
+    out = case.poisoned_out()
+    paged_decode_attention(case.q, case.k_paged, case.v_paged, case.block_tables, case.context_lens,
+                           num_splits=2, out=out)
+    assert_matches(out, case.reference(), F16, seed)
 
 
 @pytest.mark.parametrize("tile_size", [16, 32, 128])

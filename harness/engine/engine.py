@@ -40,6 +40,8 @@ class EngineRun:
     stop_reason: str | None = None
     rejected: dict[str, int] = field(default_factory=dict)
     output_digest: str = ""  # sha256 over every request's generated tokens, in request order
+    executor_report: dict | None = None  # torch executor: timings, CPU-side costs, NVML summary
+    telemetry_rows: list[dict] = field(default_factory=list)  # torch on CUDA: NVML samples
 
 
 def rejection_reason(request: Request, scheduler: Scheduler, spec: EngineSpec,

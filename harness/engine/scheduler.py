@@ -232,16 +232,18 @@ class Scheduler:
             restarted = bool(group.seqs)
             seq = group.seqs[0] if restarted else self._new_seq(group)
             total = seq.num_tokens
+            tokens = seq.token_ids(0, total)
+            # Only tokens not served by the prefix cache count against the token budget.
+            cached_guess = manager.cached_prefix_tokens(tokens) if total > self._budget else 0
             if width == 1 and self.spec.chunked_prefill:
-                target = min(total, self._budget)
-            elif total <= self._budget:
+                target = min(total, cached_guess + self._budget)
+            elif total - cached_guess <= self._budget:
                 target = total
             else:
                 if not restarted:
                     group.next_lineage = 0
                     self._next_seq_id -= 1
                 return
-            tokens = seq.token_ids(0, total)
             admission = manager.admit(seq.seq_id, tokens, seq.final_len, target)
             if admission is None:
                 if not restarted:

@@ -44,7 +44,8 @@ class AzureSpec(TraceSpec):
 @register("azure", AzureSpec)
 def build_azure(spec: AzureSpec, ctx: BuildContext) -> list[Draft]:
     """Azure LLM inference trace CSV: TIMESTAMP (date-time), ContextTokens, GeneratedTokens."""
-    parser, inp, out, times = _rows(spec, ctx, spec.format, "ContextTokens", "GeneratedTokens", "TIMESTAMP", "datetime")
+    parser, inp, out, times = _rows(spec, ctx, spec.format, "ContextTokens", "GeneratedTokens",
+                                    "TIMESTAMP", "datetime")
     return replay(_finish(parser, ctx, inp, out, times, "TIMESTAMP"), spec, ctx)
 
 
@@ -72,7 +73,7 @@ def build_mooncake(spec: MooncakeSpec, ctx: BuildContext) -> list[Draft]:
     for row, hashes in enumerate(raw_hashes):
         if row in parser.errors:
             continue
-        if not isinstance(hashes, list) or not all(type(h) is int and h >= 0 for h in hashes):
+        if not isinstance(hashes, list) or (hashes and (set(map(type, hashes)) != {int} or min(hashes) < 0)):
             parser.error(row, "hash_ids", "not a list of non-negative integers",
                          repr(hashes)[:80] if hashes is not None else "missing")
             continue

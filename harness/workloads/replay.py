@@ -63,12 +63,14 @@ class TraceRows:
 
 def length_filters(rows: TraceRows, spec: TraceSpec, ctx: BuildContext) -> TraceRows:
     if spec.min_input_len is not None:
-        rows = rows.drop(rows.input_len < spec.min_input_len, f"input_len < min_input_len={spec.min_input_len}", ctx)
+        rows = rows.drop(rows.input_len < spec.min_input_len,
+                         f"input_len < min_input_len={spec.min_input_len}", ctx)
     if spec.min_output_len is not None:
         rows = rows.drop(rows.output_len < spec.min_output_len,
                          f"output_len < min_output_len={spec.min_output_len}", ctx)
     if spec.max_input_len is not None:
-        rows = rows.drop(rows.input_len > spec.max_input_len, f"input_len > max_input_len={spec.max_input_len}", ctx)
+        rows = rows.drop(rows.input_len > spec.max_input_len,
+                         f"input_len > max_input_len={spec.max_input_len}", ctx)
     if spec.max_total_len is not None:
         rows = rows.drop(rows.input_len + rows.output_len > spec.max_total_len,
                          f"input_len + output_len > max_total_len={spec.max_total_len}", ctx)

@@ -11,6 +11,7 @@ dataclass, and ``parse_spec`` prefixes the full path.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -54,7 +55,7 @@ def parse_spec(cls: type, data: Any, where: str):
             raise ConfigError(
                 f"{where}.{key}: unknown key. Allowed keys: {', '.join(fields)}. "
                 f"Remove it or fix its spelling.")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         key = f"{where}.{name}"
@@ -63,13 +64,19 @@ def parse_spec(cls: type, data: Any, where: str):
         if value is dataclasses.MISSING or value == MISSING_VALUE:
             if required or value == MISSING_VALUE:
                 help_text = f.metadata.get("help", "")
-                raise ConfigError(f"{key} is required: set {key}=<value>" + (f" ({help_text})" if help_text else ""))
+                hint = f" ({help_text})" if help_text else ""
+                raise ConfigError(f"{key} is required: set {key}=<value>{hint}")
             continue
         kwargs[name] = _coerce(value, hints[name], key)
     try:
         return cls(**kwargs)
     except FieldError as err:
         raise ConfigError(f"{where}.{err.key}: {err.message}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -247,7 +254,7 @@ class SyntheticSpec(WorkloadSpec):
 class TraceSpec(WorkloadSpec):
     """A replayed file: path, format, error policy, time window and length filters."""
 
-    path: str = field(metadata={"help": "the trace file, e.g. workload.path=../shared/traces/x.csv"})
+    path: str = field(metadata={"help": "the trace file, e.g. workload.path=/data/trace.csv"})
     format: Literal["auto", "csv", "jsonl", "json", "parquet"] = "auto"
     on_error: Literal["raise", "skip"] = "raise"
     start_s: float | None = None  # time window, seconds after the trace's first timestamp

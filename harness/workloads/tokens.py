@@ -1,19 +1,19 @@
 """Token ids for prompts: shared where prompts share, distinct everywhere else.
 
-Every prompt token id comes from one ``TokenSpace`` per built workload. Ids are
-a keyed bijection of a counter over a 30-bit space, so:
+Every prompt token id comes from one ``TokenSpace`` per built workload:
 
-- ``fresh(n)`` gives ids no other call of the same space ever gives (unique
-  tokens: a counter that only moves forward, in its own half of the space);
-- ``from_hash_blocks`` maps (hash id, position in block) to an id, so equal hash
-  ids give equal token blocks and different hash ids give disjoint ones
-  (Mooncake ``hash_ids``);
+- ``fresh(n)`` gives ids no other call of the same space ever gives: a counter
+  that only moves forward, through a keyed bijection of [0, 2**29), placed in
+  [2**29, 2**30);
+- ``from_hash_blocks`` maps (hash id, position in block) to an id in
+  [0, 2**29), so equal hash ids give equal token blocks and different hash ids
+  give disjoint ones (Mooncake ``hash_ids``);
 - a shared prefix is simply the same array reused (docqa's system prompt).
 
-NOTE: ids lie in [0, 2**30) (hash-derived below 2**29, fresh above): the engine's synthetic generated tokens live at
-2**30 and above (``harness.engine.sequence.SYNTHETIC_TOKEN_BASE``). The ids look
-random (the bijection mixes the counter), so an executor that needs ids below a
-model's vocabulary size can take ``id % vocab_size`` without lining up unrelated
+NOTE: ids lie in [0, 2**30); the engine's synthetic generated tokens live at
+2**30 and above (``harness.engine.sequence.SYNTHETIC_TOKEN_BASE``). Ids look
+random (keyed by the seed), so an executor that needs ids below a model's
+vocabulary size can take ``id % vocab_size`` without lining up unrelated
 prompts. All work is vectorised: no Python object per token.
 """
 
@@ -137,8 +137,9 @@ class TokenSpace:
         pattern, pos_bits = self._position_ids(block_tokens)
         hash_bits = _UNIQUE_BITS - pos_bits
         if block_hash.size and (block_hash.min() < 0 or block_hash.max() >= (1 << hash_bits)):
-            raise InputError(f"hash ids must lie in [0, {1 << hash_bits:,}) for {block_tokens}-token blocks; "
-                             f"got {int(block_hash.min())}..{int(block_hash.max())}", path=path, field="hash_ids")
+            raise InputError(f"hash ids must lie in [0, {1 << hash_bits:,}) for {block_tokens}-token "
+                             f"blocks; got {int(block_hash.min())}..{int(block_hash.max())}",
+                             path=path, field="hash_ids")
         high = _permute(block_hash.astype(np.uint32), hash_bits, self._hash_keys) << np.uint32(pos_bits)
         blocks = np.empty((block_hash.size, block_tokens), dtype=np.int32)  # [blocks, block_tokens]
         np.bitwise_xor(high[:, None], pattern[None, :], out=blocks.view(np.uint32))

@@ -1,0 +1,613 @@
+"""The ``torch`` executor: a real model over real KV tensors laid out by the KV manager.
+
+One executor serves one system. At construction it allocates the KV memory once, from
+the manager's capacity:
+
+- paged: per layer, K and V caches ``[num_blocks, block_size, num_kv_heads, head_dim]``;
+  the manager's block tables are what the paged decode kernel reads;
+- contiguous: per layer, K and V arenas ``[num_slots, num_kv_heads, head_dim]``; each
+  sequence's slot range (``slot_range``) is what the contiguous decode kernel reads.
+
+(Views of one ``[layers, 2, ...]`` allocation; CPU swap space likewise.)
+
+Each ``execute(plan)``, in order:
+
+1. swap-outs, swap-ins (``kernels.cache_write.swap_blocks``), then copy-on-write / fork
+   copies (``copy_blocks``): paged pairs are blocks, contiguous pairs are slots;
+2. host preparation: token ids, positions, slot mappings, decode block tables (or start
+   offsets), prefill gather indices -- packed into ONE host-to-device copy;
+3. the forward pass: per layer, every new token's K/V is written through
+   ``write_kv_cache`` first, then decode tokens (1-token chunks) run the paged or
+   contiguous decode kernel, and each prefill chunk gathers its sequence's K/V for
+   positions ``[0, end)`` FROM THE CACHE (so prefix-cache hits read the cached KV, never a
+   recomputation) and runs causal attention;
+4. sampling: logits only for chunks that complete their sequence's known tokens; sample
+   0 of a request is greedy (argmax), further parallel samples are greedy too
+   (``sampling=greedy``) or a Gumbel-max draw seeded by (seed, request, sample, position)
+   (``sampling=seeded``, default) so that samples diverge the same way on every system.
+
+Step time: wall clock from the first memory operation to the sampled tokens on the
+host (CUDA: after a synchronize), so host overhead counts as it would in a real engine;
+device busy time (CUDA events) and host preparation time are kept beside it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from harness.config import EngineSpec, ModelSpec, SystemSpec
+from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
+from harness.engine.model import LlamaModel, dense_causal_attention
+from harness.engine.scheduler import StepPlan
+from kernels.cache_write import copy_blocks, swap_blocks, write_kv_cache
+from kernels.contiguous_decode import contiguous_decode_attention
+from kernels.paged_decode import paged_decode_attention
+from kernels.reference import (contiguous_decode_attention_reference,
+                               paged_decode_attention_reference)
+
+_MODEL_CACHE: dict[tuple, LlamaModel] = {}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        from harness.errors import ConfigError
+
+        raise ConfigError(f"engine.device={name} but no CUDA device is available: use "
+                          "engine.device=cpu (or auto)")
+    return device
+
+
+def resolve_batch_invariant(engine: EngineSpec, device: torch.device) -> bool:
+    return device.type == "cpu" if engine.batch_invariant is None else bool(engine.batch_invariant)
+
+
+def get_model(spec: ModelSpec, device: torch.device, seed: int, batch_invariant: bool) -> LlamaModel:
+    """The model for these settings, built once per process (systems of a run share it).
+
+    Only the latest model is kept, so a different model frees the previous one's memory.
+    """
+    key = (spec, str(device), int(seed), bool(batch_invariant))
+    model = _MODEL_CACHE.get(key)
+    if model is None:
+        _MODEL_CACHE.clear()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        model = LlamaModel(spec, device=device, seed=seed, batch_invariant=batch_invariant)
+        _MODEL_CACHE[key] = model
+    return model
+
+
+class StepSample(NamedTuple):
+    """One executed step: what it computed (the sim cost model's features) and what it took."""
+
+    num_tokens: int  # tokens computed (prefill + decode)
+    attention_pairs: int  # (query, key) pairs attended
+    kv_read_slots: int  # cached KV slots read (context before each chunk)
+    num_seqs: int  # sequences in the step (forked members included)
+    num_prefill_chunks: int  # chunks of more than one token
+    num_decode_seqs: int  # 1-token chunks (decode kernel rows)
+    copied_slots: int
+    swapped_slots: int
+    duration_s: float  # wall time of the step (what drives the engine clock)
+    host_prep_s: float  # building + uploading the step's integer arrays
+    device_s: float | None  # CUDA-event time of the step (None on CPU)
+    table_rows_uploaded: int  # block-table rows sent to the device this step
+
+
+@dataclass
+class _Prefill:
+    rows: tuple[int, int]  # [r0, r1) rows of the step's token arrays
+    context: tuple[int, int]  # [c0, c1) of the step's prefill context-slot array
+    start: int  # position of the chunk's first token
+
+
+@dataclass
+class _StepInputs:
+    tokens: torch.Tensor  # [T] long
+    positions: torch.Tensor  # [T] long
+    write_slots: torch.Tensor  # [W] int32, W = T + member rows (contiguous forks)
+    write_rows: torch.Tensor | None  # [W] long rows of k/v to write, None = 0..T-1
+    num_decode: int
+    decode_index: torch.Tensor | None  # paged: block tables [n, width]; contiguous: starts [n]
+    decode_lens: torch.Tensor | None  # [n] int32
+    max_decode_len: int
+    context_slots: torch.Tensor | None  # [sum of prefill ends] long
+    prefills: list[_Prefill]
+    sample_rows: torch.Tensor | None  # [S] long
+    sample_seqs: list[tuple] = field(default_factory=list)  # per sample row: the sequences
+
+
+class TorchExecutor:
+    """Runs step plans on a Llama-style model with KV memory laid out by ``manager``."""
+
+    name = "torch"
+
+    def __init__(self, model_spec: ModelSpec, system: SystemSpec, manager, engine: EngineSpec, *,
+                 max_model_len: int, seed: int = 0, model: LlamaModel | None = None) -> None:
+        self.device = resolve_device(engine.device)
+        self.batch_invariant = resolve_batch_invariant(engine, self.device)
+        backend = engine.kernel_backend
+        self.backend = "torch" if backend == "auto" and self.device.type == "cpu" else backend
+        self.model = model or get_model(model_spec, self.device, seed, self.batch_invariant)
+        self.spec, self.system, self.manager, self.engine = model_spec, system, manager, engine
+        self.seed = seed
+        self.sampling = engine.sampling
+        self.paged = system.kind == "paged"
+        layers, kv_heads, head_dim = self.model.num_layers, model_spec.num_kv_heads, model_spec.head_dim
+        dtype = self.model.dtype
+        if self.paged:
+            self.block_size = manager.block_size
+            unit_shape = (manager.block_size, kv_heads, head_dim)
+            num_units, self.num_cpu_units = manager.num_blocks, manager.num_cpu_blocks
+        else:
+            self.block_size = 1
+            unit_shape = (kv_heads, head_dim)
+            num_units, self.num_cpu_units = manager.capacity_slots, manager.num_cpu_slots
+        self.unit_shape = unit_shape
+        # NOTE: torch.empty: a slot is always written by its owner before any read.
+        self.kv = torch.empty((layers, 2, num_units, *unit_shape), dtype=dtype, device=self.device)
+        self.k_caches = [self.kv[i, 0] for i in range(layers)]
+        self.v_caches = [self.kv[i, 1] for i in range(layers)]
+        self.kv_flat = [(k.view(-1, kv_heads, head_dim), v.view(-1, kv_heads, head_dim))
+                        for k, v in zip(self.k_caches, self.v_caches)]
+        self.cpu_kv: torch.Tensor | None = None
+        if engine.preemption == "swap" and self.num_cpu_units:
+            self._allocate_swap_space()
+        self.uploader = Uploader(self.device)
+        if engine.block_tables_on_device and self.paged:
+            rows = 2 * engine.max_num_seqs + 8
+            self.tables = ResidentBlockTables(rows, -(-max_model_len // self.block_size), self.device)
+        else:
+            self.tables = HostBlockTables()
+        self.cuda = self.device.type == "cuda"
+        self.step_log: list[StepSample] = []
+        self.generated_tokens = 0
+        self.first_step_wall: float | None = None
+        self.telemetry = None
+        if self.cuda:
+            self._warmup()
+            if engine.telemetry_interval_s > 0:
+                from harness.nvml import NvmlSampler
+
+                self.telemetry = NvmlSampler(self.device, interval_s=engine.telemetry_interval_s)
+
+    # ----------------------------------------------------------------- memory
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.kv.numel() * self.kv.element_size()
+
+    def _allocate_swap_space(self) -> None:
+        shape = (self.model.num_layers, 2, self.num_cpu_units, *self.unit_shape)
+        self.cpu_kv = torch.empty(shape, dtype=self.model.dtype, pin_memory=self.device.type == "cuda")
+
+    def _swap(self, pairs: list[tuple[int, int]], *, out: bool) -> None:
+        if self.cpu_kv is None:
+            self._allocate_swap_space()
+        for layer in range(self.model.num_layers):
+            for kv in (0, 1):
+                device_cache, host_cache = self.kv[layer, kv], self.cpu_kv[layer, kv]
+                if out:
+                    swap_blocks(device_cache, host_cache, pairs, backend=self.backend)
+                else:
+                    swap_blocks(host_cache, device_cache, pairs, backend=self.backend)
+
+    def _copy(self, pairs: list[tuple[int, int]]) -> None:
+        """Copies with sequential semantics, batched where no pair depends on another."""
+        caches = [c for layer in range(self.model.num_layers) for c in (self.k_caches[layer],
+                                                                     self.v_caches[layer])]
+        batch: list[tuple[int, int]] = []
+        srcs: set[int] = set()
+        dsts: set[int] = set()
+        for src, dst in pairs:
+            if src == dst:
+                continue
+            if dst in dsts or dst in srcs or src in dsts:
+                copy_blocks(caches, batch, backend=self.backend)
+                batch, srcs, dsts = [], set(), set()
+            batch.append((src, dst))
+            srcs.add(src)
+            dsts.add(dst)
+        if batch:
+            copy_blocks(caches, batch, backend=self.backend)
+
+    # ----------------------------------------------------------------- step
+    def execute(self, plan: StepPlan) -> tuple[float, dict[int, int]]:
+        if self.telemetry is not None and not self.telemetry.running:
+            self.telemetry.start()
+        wall_start = time.perf_counter()
+        if self.first_step_wall is None:
+            self.first_step_wall = wall_start
+        if self.cuda:
+            ev_start, ev_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            ev_start.record()
+        with torch.inference_mode():
+            if plan.swap_out:
+                self._swap(plan.swap_out, out=True)
+            if plan.swap_in:
+                self._swap(plan.swap_in, out=False)
+            if plan.copies:
+                self._copy(plan.copies)
+            host_start = time.perf_counter()
+            inputs, features, rows_uploaded = self._prepare(plan)
+            host_prep = time.perf_counter() - host_start
+            sampled: dict[int, int] = {}
+            if inputs is not None:
+                hidden = self.model.forward(inputs.tokens, inputs.positions, self._attention(inputs))
+                if inputs.sample_rows is not None:
+                    logits = self.model.logits(hidden.index_select(0, inputs.sample_rows))  # [S, vocab]
+                    sampled = self._sample(logits, inputs.sample_seqs)
+        device_s = None
+        if self.cuda:
+            ev_end.record()
+            torch.cuda.synchronize(self.device)
+            device_s = ev_start.elapsed_time(ev_end) / 1e3
+        duration = time.perf_counter() - wall_start
+        unit = self.block_size
+        self.step_log.append(StepSample(*features, len(plan.copies) * unit,
+                                        (len(plan.swap_in) + len(plan.swap_out)) * unit,
+                                        duration, host_prep, device_s, rows_uploaded))
+        self.generated_tokens += len(sampled)
+        return duration, sampled
+
+    def _prepare(self, plan: StepPlan):
+        """Host side of a step: every per-step integer array, uploaded in one copy."""
+        manager, paged = self.manager, self.paged
+        decode = [c for c in plan.chunks if c.num_tokens == 1]
+        prefill = [c for c in plan.chunks if c.num_tokens > 1]
+        chunks = decode + prefill
+        n_tokens = sum(c.num_tokens for c in chunks)
+        pairs = sum(c.num_tokens * c.start + c.num_tokens * (c.num_tokens + 1) // 2 for c in chunks)
+        kv_read = sum(c.start for c in chunks)
+        num_seqs = sum(1 + len(c.members) for c in chunks)
+        features = (n_tokens, pairs, kv_read, num_seqs, len(prefill), len(decode))
+        if not chunks:
+            return None, features, 0
+        tokens = np.empty(n_tokens, dtype=np.int64)
+        positions = np.empty(n_tokens, dtype=np.int32)
+        write_slots: list[int] = []
+        extra_rows: list[int] = []
+        extra_slots: list[int] = []
+        sample_rows: list[int] = []
+        sample_seqs: list[tuple] = []
+        vocab = self.model.vocab_size
+        # decode chunks: one token each
+        dec_ids, dec_tables, dec_starts, dec_lens = [], [], [], []
+        for row, c in enumerate(decode):
+            seq, pos = c.seq, c.start
+            prompt_len = len(seq.prompt)
+            tokens[row] = seq.prompt[pos] if pos < prompt_len else seq.generated[pos - prompt_len]
+            positions[row] = pos
+            write_slots.extend(manager.slot_mapping(seq.seq_id, pos, pos + 1))
+            dec_lens.append(c.end)
+            if paged:
+                dec_ids.append(seq.seq_id)
+                dec_tables.append(manager.block_table(seq.seq_id))
+            else:
+                dec_starts.append(manager.slot_range(seq.seq_id)[0])
+            self._member_writes(c, row, extra_rows, extra_slots)
+            if c.end == seq.num_tokens:
+                sample_rows.append(row)
+                sample_seqs.append((seq, *c.members))
+        # prefill chunks: gather their whole context [0, end) from the cache
+        row = len(decode)
+        context: list[int] = []
+        prefills: list[_Prefill] = []
+        for c in prefill:
+            seq, n = c.seq, c.num_tokens
+            tokens[row:row + n] = seq.token_ids(c.start, c.end)
+            positions[row:row + n] = np.arange(c.start, c.end, dtype=np.int32)
+            slots = manager.slot_mapping(seq.seq_id, 0, c.end)
+            write_slots.extend(slots[c.start:])
+            self._member_writes(c, row, extra_rows, extra_slots)
+            prefills.append(_Prefill((row, row + n), (len(context), len(context) + c.end), c.start))
+            context.extend(slots)
+            row += n
+            if c.end == seq.num_tokens:
+                sample_rows.append(row - 1)
+                sample_seqs.append((seq, *c.members))
+        arrays = {
+            "tokens": (tokens % vocab).astype(np.int32),
+            "positions": positions,
+            "write_slots": np.asarray(write_slots + extra_slots, dtype=np.int32),
+        }
+        if extra_rows:
+            arrays["write_rows"] = np.concatenate([np.arange(n_tokens, dtype=np.int32),
+                                                   np.asarray(extra_rows, dtype=np.int32)])
+        table_prep = None
+        if decode:
+            arrays["decode_lens"] = np.asarray(dec_lens, dtype=np.int32)
+            if paged:
+                table_prep = self.tables.prepare(dec_ids, dec_tables)
+                arrays.update({f"table_{k}": v for k, v in table_prep.arrays.items()})
+            else:
+                arrays["decode_starts"] = np.asarray(dec_starts, dtype=np.int32)
+        if context:
+            arrays["context"] = np.asarray(context, dtype=np.int32)
+        if sample_rows:
+            arrays["sample_rows"] = np.asarray(sample_rows, dtype=np.int32)
+        dev = self.uploader.upload(arrays)
+        decode_index = None
+        if decode:
+            if paged:
+                decode_index = self.tables.finish(
+                    table_prep, {k[len("table_"):]: v for k, v in dev.items() if k.startswith("table_")})
+            else:
+                decode_index = dev["decode_starts"]
+        inputs = _StepInputs(
+            tokens=dev["tokens"].long(), positions=dev["positions"].long(),
+            write_slots=dev["write_slots"],
+            write_rows=dev["write_rows"].long() if extra_rows else None,
+            num_decode=len(decode), decode_index=decode_index, decode_lens=dev.get("decode_lens"),
+            max_decode_len=max(dec_lens, default=0),
+            context_slots=dev["context"].long() if context else None, prefills=prefills,
+            sample_rows=dev["sample_rows"].long() if sample_rows else None, sample_seqs=sample_seqs,
+        )
+        rows_uploaded = table_prep.rows_changed if table_prep is not None else 0
+        return inputs, features, rows_uploaded
+
+    def _member_writes(self, chunk, row: int, extra_rows: list[int], extra_slots: list[int]) -> None:
+        """Forked members with their own slots (contiguous) also receive the chunk's K/V.
+
+        NOTE: paged members share the parent's blocks at fork, so their slots are the
+        parent's and nothing extra is written. A contiguous fork's copies run before the
+        forward, when the parent's slots are not written yet, so the rows are written here.
+        """
+        if self.paged or not chunk.members:
+            return
+        for member in chunk.members:
+            extra_rows.extend(range(row, row + chunk.num_tokens))
+            extra_slots.extend(self.manager.slot_mapping(member.seq_id, chunk.start, chunk.end))
+
+    def _attention(self, inputs: _StepInputs):
+        model, backend, exact = self.model, self.backend, self.batch_invariant
+        n_dec = inputs.num_decode
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            # q [T, num_heads, head_dim]; k, v [T, num_kv_heads, head_dim]
+            k_cache, v_cache = self.k_caches[layer], self.v_caches[layer]
+            if inputs.write_rows is not None:
+                k_new, v_new = k.index_select(0, inputs.write_rows), v.index_select(0, inputs.write_rows)
+            else:
+                k_new, v_new = k, v
+            write_kv_cache(k_new, v_new, k_cache, v_cache, inputs.write_slots, backend=backend)
+            out = torch.empty_like(q)  # [T, num_heads, head_dim]
+            if n_dec:
+                q_dec = q[:n_dec]
+                if exact:  # float64 accumulation: the same rounding as the prefill path
+                    reference = (paged_decode_attention_reference if self.paged
+                                 else contiguous_decode_attention_reference)
+                    out[:n_dec] = reference(q_dec, k_cache, v_cache, inputs.decode_index,
+                                            inputs.decode_lens, compute_dtype=torch.float64,
+                                            out_dtype=q.dtype)
+                elif self.paged:
+                    paged_decode_attention(q_dec, k_cache, v_cache, inputs.decode_index,
+                                           inputs.decode_lens, max_context_len=inputs.max_decode_len,
+                                           out=out[:n_dec], backend=backend)
+                else:
+                    contiguous_decode_attention(q_dec, k_cache, v_cache, inputs.decode_index,
+                                                inputs.decode_lens, max_context_len=inputs.max_decode_len,
+                                                out=out[:n_dec], backend=backend)
+            if inputs.prefills:
+                flat_k, flat_v = self.kv_flat[layer]  # [num_slots, num_kv_heads, head_dim]
+                for p in inputs.prefills:
+                    slots = inputs.context_slots[p.context[0]:p.context[1]]
+                    r0, r1 = p.rows
+                    out[r0:r1] = dense_causal_attention(
+                        q[r0:r1], flat_k.index_select(0, slots), flat_v.index_select(0, slots),
+                        p.start, batch_invariant=exact, scale=model.scale)
+            return out
+
+        return attend
+
+    def _sample(self, logits: torch.Tensor, sample_seqs: list[tuple]) -> dict[int, int]:
+        """logits [S, vocab] float32 -> {seq_id: token}."""
+        greedy = logits.argmax(dim=-1).tolist()
+        sampled: dict[int, int] = {}
+        host_logits = None
+        for i, seqs in enumerate(sample_seqs):
+            for seq in seqs:
+                if self.sampling == "greedy" or seq.lineage == 0:
+                    sampled[seq.seq_id] = greedy[i]
+                    continue
+                if host_logits is None:
+                    host_logits = logits.to("cpu", torch.float64)
+                sampled[seq.seq_id] = seeded_sample(host_logits[i], self.seed, seq.group.request.request_id,
+                                                    seq.lineage, len(seq.generated))
+        return sampled
+
+    # ----------------------------------------------------------------- warm-up and reports
+    def _warmup(self) -> None:
+        """Compile the Triton kernels and initialise cuBLAS before the first timed step."""
+        model = self.model
+        with torch.inference_mode():
+            hidden = model.forward(torch.zeros(8, dtype=torch.long, device=self.device),
+                                   torch.arange(8, device=self.device),
+                                   lambda _l, q, k, v: dense_causal_attention(q, k, v, 0))
+            model.logits(hidden[-1:])
+            k_cache, v_cache = self.k_caches[0], self.v_caches[0]
+            kv_heads, head_dim = self.spec.num_kv_heads, self.spec.head_dim
+            new = torch.zeros(1, kv_heads, head_dim, dtype=model.dtype, device=self.device)
+            write_kv_cache(new, new, k_cache, v_cache, torch.zeros(1, dtype=torch.int32, device=self.device),
+                           backend=self.backend)
+            if self.paged:
+                copy_blocks([k_cache], [(0, min(1, k_cache.shape[0] - 1))] if k_cache.shape[0] > 1 else [],
+                            backend=self.backend)
+            for num_seqs, length in ((1, 4096), (4, 512), (64, 1)):
+                q = torch.zeros(num_seqs, model.num_heads, head_dim, dtype=model.dtype, device=self.device)
+                lens = torch.full((num_seqs,), 1, dtype=torch.int32, device=self.device)
+                if self.paged:
+                    width = -(-length // self.block_size)
+                    tables = torch.zeros((num_seqs, width), dtype=torch.int32, device=self.device)
+                    paged_decode_attention(q, k_cache, v_cache, tables, lens, max_context_len=length,
+                                           backend=self.backend)
+                else:
+                    starts = torch.zeros(num_seqs, dtype=torch.int32, device=self.device)
+                    contiguous_decode_attention(q, k_cache, v_cache, starts, lens, max_context_len=length,
+                                                backend=self.backend)
+            torch.cuda.synchronize(self.device)
+
+    def report(self) -> dict:
+        """Timing, CPU-side cost and telemetry summary of this executor's run (JSON-able)."""
+        log = self.step_log
+        durations = np.asarray([s.duration_s for s in log], dtype=np.float64)
+        host = np.asarray([s.host_prep_s for s in log], dtype=np.float64)
+        decode_only = np.asarray([s.num_prefill_chunks == 0 for s in log], dtype=bool)
+        total = float(durations.sum())
+        out = {
+            "device": device_name(self.device),
+            "dtype": self.spec.dtype,
+            "layers": self.model.num_layers,
+            "batch_invariant": self.batch_invariant,
+            "kernel_backend": "torch reference" if self.backend == "torch" else self.backend,
+            "block_tables_on_device": isinstance(self.tables, ResidentBlockTables),
+            "weights_gib": round(self.model.weight_bytes / 2**30, 3),
+            "kv_cache_gib": round(self.kv_cache_bytes / 2**30, 3) if self.kv is not None else None,
+            "steps": len(log),
+            "generated_tokens": self.generated_tokens,
+            "busy_s": round(total, 4),
+            "generated_tokens_per_busy_s": round(self.generated_tokens / total, 2) if total else None,
+            "step_ms": _stats(durations * 1e3),
+            "decode_step_ms": _stats(durations[decode_only] * 1e3),
+            "host_prep_ms": _stats(host * 1e3),
+            "host_prep_share_pct": round(100 * float(host.sum()) / total, 2) if total else None,
+        }
+        device_s = [s.device_s for s in log if s.device_s is not None]
+        if device_s:
+            out["device_busy_ms"] = _stats(np.asarray(device_s) * 1e3)
+        if self.paged:
+            decode_rows = sum(s.num_decode_seqs for s in log)
+            uploaded = sum(s.table_rows_uploaded for s in log)
+            out["block_table_rows_uploaded_pct"] = (round(100 * uploaded / decode_rows, 2)
+                                                    if decode_rows else None)
+        if self.telemetry is not None:
+            summary = self.telemetry.stop()
+            out["nvml"] = summary.as_dict(self.generated_tokens)
+        else:
+            out["nvml"] = {"available": False,
+                           "note": ("telemetry disabled (engine.telemetry_interval_s=0)" if self.cuda
+                                    else "no CUDA device: NVML telemetry not collected (CPU run)")}
+        return out
+
+    def telemetry_rows(self) -> list[dict]:
+        """NVML samples of this run (empty without a GPU)."""
+        return self.telemetry.rows() if self.telemetry is not None else []
+
+    def close(self) -> None:
+        """Free the KV memory now (the next system's executor allocates its own)."""
+        if self.telemetry is not None and self.telemetry.running:
+            self.telemetry.stop()
+        self.kv = self.cpu_kv = None
+        self.k_caches = self.v_caches = self.kv_flat = []
+        self.tables = HostBlockTables()
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+
+def seeded_sample(logits: torch.Tensor, seed: int, request_id: int, lineage: int, position: int) -> int:
+    """Gumbel-max draw from softmax(logits), seeded by (seed, request, sample, position).
+
+    The same inputs draw the same token on every system, so parallel samples diverge
+    identically whichever KV manager ran them.
+    """
+    mix = (seed * 0x9E3779B1 + request_id * 1_000_003 + lineage * 7_919 + position * 104_729) % (1 << 63)
+    gen = torch.Generator().manual_seed(mix)
+    uniform = torch.rand(logits.shape[-1], generator=gen, dtype=torch.float64).clamp_(1e-12, 1 - 1e-12)
+    gumbel = -torch.log(-torch.log(uniform))
+    return int(torch.argmax(logits.to(torch.float64) + gumbel))
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def _stats(values: np.ndarray) -> dict:
+    if values.size == 0:
+        return {"count": 0}
+    return {"count": int(values.size), "mean": round(float(values.mean()), 4),
+            "p50": round(float(np.percentile(values, 50)), 4),
+            "p90": round(float(np.percentile(values, 90)), 4),
+            "max": round(float(values.max()), 4)}
+
+
+def torch_kv_capacity_slots(model_spec: ModelSpec, hardware, engine: EngineSpec, *,
+                            max_model_len: int, seed: int = 0) -> int:
+    """KV slots for the torch executor, from the real device.
+
+    Explicit ``engine.kv_capacity_slots`` wins. On CUDA: load the model, profile one
+    forward of ``profile_activation_tokens`` (default max_num_batched_tokens) tokens, then
+    ``total * gpu_memory_utilization - weights - activation peak - non-torch memory``.
+    On CPU: the hardware profile's formula, capped by the host's available memory.
+    """
+    from harness.config import GIB, kv_capacity_slots
+    from harness.errors import ConfigError
+
+    if engine.kv_capacity_slots is not None:
+        return engine.kv_capacity_slots
+    device = resolve_device(engine.device)
+    bytes_per_slot = model_spec.bytes_per_slot
+    if device.type != "cuda":
+        slots = kv_capacity_slots(model_spec, hardware, engine)
+        available = _host_available_bytes()
+        if available is not None:
+            host = (available * engine.gpu_memory_utilization - model_spec.weight_bytes
+                    - engine.activation_reserve_gib * GIB) // bytes_per_slot
+            slots = min(slots, int(host))
+        if slots <= 0:
+            raise ConfigError("no host memory left for the KV cache: set engine.kv_capacity_slots")
+        return slots
+    model = get_model(model_spec, device, seed, resolve_batch_invariant(engine, device))
+    tokens = engine.profile_activation_tokens or min(engine.max_num_batched_tokens, max_model_len)
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    with torch.inference_mode():
+        ids = torch.zeros(tokens, dtype=torch.long, device=device)
+        hidden = model.forward(ids, torch.arange(tokens, device=device) % model_spec.max_context,
+                               lambda _l, q, k, v: dense_causal_attention(q, k, v, 0))
+        model.logits(hidden[:min(tokens, engine.max_num_seqs)])
+        del hidden, ids
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - base
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(device)
+    non_torch = max(0, (total - free) - torch.cuda.memory_reserved(device))
+    margin = 256 * 2**20  # fragmentation, block tables, staging buffers
+    kv_bytes = total * engine.gpu_memory_utilization - base - peak - non_torch - margin
+    slots = int(kv_bytes // bytes_per_slot)
+    print(f"torch capacity on {device_name(device)}: total {total / GIB:.1f} GiB x "
+          f"{engine.gpu_memory_utilization} - weights {base / GIB:.1f} GiB - activation peak "
+          f"{peak / GIB:.2f} GiB ({tokens} tokens) - non-torch {non_torch / GIB:.2f} GiB "
+          f"-> {slots} KV slots", file=sys.stderr)
+    if slots <= 0:
+        raise ConfigError(f"model={model_spec.name} leaves no GPU memory for the KV cache: lower "
+                          "engine.profile_activation_tokens / max_num_batched_tokens, raise "
+                          "engine.gpu_memory_utilization, or use model.num_layers_override")
+    return slots
+
+
+def _host_available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+__all__ = ["StepSample", "TorchExecutor", "get_model", "resolve_device", "seeded_sample",
+           "torch_kv_capacity_slots"]

@@ -1,0 +1,52 @@
+"""Re-render reports from existing results, without re-running anything.
+
+    python -m reports outputs/2026-11-30/12-00-00        # a run: report.html
+    python -m reports multirun/2026-11-30/12-00-00       # a sweep: sweep_report.html
+                                                         # (and each job's report.html)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.errors import PagebenchError
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "results.json").exists() or (path / "kernel_results.json").exists()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
+    parser.add_argument("--no-jobs", action="store_true",
+                        help="for a multirun directory, skip re-rendering each job's report.html")
+    args = parser.parse_args(argv)
+    from reports.render import render_run_report
+    from reports.sweep import collect_jobs, render_sweep_report
+
+    status = 0
+    for path in args.dirs:
+        try:
+            if is_run_dir(path):
+                print(render_run_report(path))
+                continue
+            if not args.no_jobs:
+                for job in collect_jobs(path):
+                    job_dir = path / job.name
+                    if job.name != "-" and is_run_dir(job_dir):
+                        try:
+                            render_run_report(job_dir)
+                        except PagebenchError as exc:
+                            print(f"warning: {job_dir}: {exc}", file=sys.stderr)
+            print(render_sweep_report(path))
+        except PagebenchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = 2
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Hydra callback: sweep progress per job, and the sweep report when a multirun ends.
+
+Configured in ``conf/config.yaml`` (``hydra.callbacks.sweep_report``); it works with
+every launcher (basic, joblib, Ray, Submitit) because it only reads and writes
+files under ``hydra.sweep.dir``, which all jobs share.
+
+- ``on_multirun_start``: prints how many jobs the sweep will run and where.
+- ``on_job_end`` (in the job's process): records a failed job's error in
+  ``job_failed.txt``, prints ``sweep: k/N jobs done``; once any job has failed it
+  also re-renders the sweep report, because Hydra skips ``on_multirun_end`` when a
+  job raised.
+- ``on_multirun_end``: renders ``sweep_report.html`` at the top of the sweep dir.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from reports.sweep import FAILED_MARKER, collect_jobs, expected_jobs, render_sweep_report
+
+
+def _sweep_dir(config: DictConfig) -> Path | None:
+    try:
+        return Path(str(config.hydra.sweep.dir))
+    except Exception:  # noqa: BLE001 - no hydra node: not a Hydra job
+        return None
+
+
+def _is_multirun(config: DictConfig) -> bool:
+    try:
+        return str(config.hydra.mode) in ("RunMode.MULTIRUN", "MULTIRUN")
+    except Exception:  # noqa: BLE001
+        return False
+
+
+class SweepReportCallback(Callback):
+    """Progress of a sweep, and its report at the end (``enabled: false`` turns it off)."""
+
+    def __init__(self, enabled: bool = True, progress: bool = True) -> None:
+        self.enabled = enabled
+        self.progress = progress
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = _sweep_dir(config)
+        if not self.progress or sweep_dir is None:
+            return
+        # multirun.yaml is written by the sweeper after this call, so count from the config.
+        try:
+            from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            arguments = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+            arguments += list(config.hydra.overrides.task)
+            total = len(BasicSweeper.split_arguments(
+                OverridesParser.create().parse_overrides(arguments), None)[0])
+            print(f"sweep: {total} jobs -> {sweep_dir}", file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 - another sweeper: no count up front
+            print(f"sweep -> {sweep_dir}", file=sys.stderr, flush=True)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if not _is_multirun(config):
+            return
+        sweep_dir = _sweep_dir(config)
+        if sweep_dir is None:
+            return
+        failed = job_return.status == JobStatus.FAILED
+        if failed:
+            error = job_return._return_value  # the exception (return_value would re-raise it)
+            try:
+                out_dir = Path(str(config.hydra.runtime.output_dir))
+                text = "".join(traceback.format_exception(error)) if isinstance(error, BaseException) \
+                    else str(error)
+                summary = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) \
+                    else str(error)
+                (out_dir / FAILED_MARKER).write_text(text + "\n" + summary.splitlines()[0] + "\n",
+                                                     encoding="utf-8")
+            except Exception:  # noqa: BLE001 - never turn a report problem into a job failure
+                pass
+        try:
+            jobs = collect_jobs(sweep_dir)
+        except Exception:  # noqa: BLE001
+            return
+        if self.progress:
+            expected = expected_jobs(sweep_dir)
+            total = len(expected) if expected is not None else len(jobs)
+            done = sum(j.status == "finished" for j in jobs)
+            bad = sum(j.status in ("failed", "incomplete") for j in jobs
+                      if (sweep_dir / j.name / ".hydra").exists())
+            num = config.hydra.job.get("num", "?")
+            what = "failed" if failed else "done"
+            print(f"sweep: job #{num} {what}; {done}/{total} jobs finished"
+                  + (f", {bad} failed or running" if bad else ""), file=sys.stderr, flush=True)
+        if self.enabled and (failed or any(j.status == "failed" and
+                                           (sweep_dir / j.name / FAILED_MARKER).exists()
+                                           for j in jobs)):
+            self._render(sweep_dir)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = _sweep_dir(config)
+        if self.enabled and sweep_dir is not None:
+            self._render(sweep_dir)
+
+    @staticmethod
+    def _render(sweep_dir: Path) -> None:
+        try:
+            out = render_sweep_report(sweep_dir)
+        except Exception as exc:  # noqa: BLE001 - the jobs' results are safe; say how to retry
+            print(f"sweep report not written ({exc}); retry with: python -m reports {sweep_dir}",
+                  file=sys.stderr)
+            return
+        print(f"sweep report: {out}", file=sys.stderr, flush=True)

@@ -1,0 +1,366 @@
+"""The sweep report: every swept parameter against every headline metric, one line per system.
+
+``render_sweep_report(sweep_dir)`` reads a Hydra multirun directory as it is:
+each job directory that holds a ``results.json`` contributes its systems' headline
+metrics; jobs that failed, stopped early or never started are listed, not dropped.
+The expected jobs come from ``multirun.yaml`` (the sweep's own overrides), so a
+job that never got a directory is still reported as missing.
+
+Writes ``sweep_report.html`` and ``sweep_results.csv`` at the top of the sweep dir.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import yaml
+
+from harness.errors import InputError
+from harness.results import atomic_write_text, read_results
+from reports import figures as F
+from reports.html import absent, esc, figure, page, table
+from reports.metrics import HEADLINE_METRICS, headline_values
+
+REPORT_NAME = "sweep_report.html"
+TABLE_NAME = "sweep_results.csv"
+FAILED_MARKER = "job_failed.txt"  # written by reports.callbacks when a job raises
+FINISHED, INCOMPLETE, FAILED, MISSING = "finished", "incomplete", "failed", "not started"
+_SKIP_DIRS = {".hydra", ".submitit", "__pycache__"}
+
+
+@dataclass
+class Job:
+    name: str  # the job directory relative to the sweep dir ("3"), or "-" when it never started
+    overrides: list[str]
+    status: str
+    reason: str = ""
+    results: dict | None = None
+    kernel_results: dict | None = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return parse_overrides(self.overrides)
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["block_size=16", "+x=a"]`` -> ``{"block_size": 16, "x": "a"}`` (YAML-typed values)."""
+    params = {}
+    for item in overrides:
+        if "=" not in item:
+            continue
+        key, value = item.split("=", 1)
+        key = key.lstrip("+~")
+        if key.startswith("hydra."):
+            continue
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            parsed = value
+        if isinstance(parsed, (list, dict)) or parsed is None:
+            parsed = value
+        params[key] = parsed
+    return params
+
+
+def expected_jobs(sweep_dir: Path) -> list[list[str]] | None:
+    """The override lists the sweep meant to run, from ``multirun.yaml``; None if unknown."""
+    path = sweep_dir / "multirun.yaml"
+    if not path.exists():
+        return None
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        hydra_cfg = cfg.get("hydra") or {}
+        sweeper = hydra_cfg.get("sweeper") or {}
+        if "basic_sweeper" not in str(sweeper.get("_target_", "basic_sweeper")).lower():
+            return None  # another sweeper (optuna, ...) chooses its jobs as it goes
+        arguments = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+        arguments += list((hydra_cfg.get("overrides") or {}).get("task") or [])
+        parsed = OverridesParser.create().parse_overrides(arguments)
+        batches = BasicSweeper.split_arguments(parsed, None)
+        return [list(job) for batch in batches for job in batch]
+    except Exception:  # noqa: BLE001 - an unusual sweep still gets a report of what exists
+        return None
+
+
+def _job_dirs(sweep_dir: Path, depth: int = 3) -> list[Path]:
+    found = []
+
+    def walk(path: Path, level: int) -> None:
+        for child in sorted(path.iterdir(), key=lambda p: (len(p.name), p.name)):
+            if not child.is_dir() or child.name in _SKIP_DIRS:
+                continue
+            if (child / ".hydra" / "overrides.yaml").exists() or (child / "results.json").exists() \
+                    or (child / "kernel_results.json").exists():
+                found.append(child)
+            elif level < depth:
+                walk(child, level + 1)
+
+    walk(sweep_dir, 1)
+    return found
+
+
+def collect_jobs(sweep_dir: Path) -> list[Job]:
+    """Every job directory of the sweep, plus expected jobs that never got one."""
+    jobs = []
+    for path in _job_dirs(sweep_dir):
+        name = str(path.relative_to(sweep_dir))
+        overrides_path = path / ".hydra" / "overrides.yaml"
+        overrides = (yaml.safe_load(overrides_path.read_text(encoding="utf-8")) or []
+                     if overrides_path.exists() else [])
+        job = Job(name, [str(o) for o in overrides], FAILED)
+        if (path / "kernel_results.json").exists():
+            try:
+                import json
+
+                job.kernel_results = json.loads((path / "kernel_results.json").read_text("utf-8"))
+            except ValueError as exc:
+                job.reason = f"kernel_results.json unreadable: {exc}"
+        if (path / "results.json").exists():
+            try:
+                job.results = read_results(path / "results.json")
+            except InputError as exc:
+                job.status, job.reason = FAILED, f"unreadable results: {exc}"
+            else:
+                complete = job.results.get("complete", True)
+                job.status = FINISHED if complete else INCOMPLETE
+                if not complete:
+                    job.reason = str(job.results.get("stop_reason", "stopped early"))
+        elif job.kernel_results is not None and not job.reason:
+            job.status = FINISHED
+        if job.status == FAILED and not job.reason:
+            marker = path / FAILED_MARKER
+            job.reason = (marker.read_text(encoding="utf-8").strip().splitlines() or ["failed"])[-1] \
+                if marker.exists() else "no results.json (the job failed, or is still running)"
+        jobs.append(job)
+    expected = expected_jobs(sweep_dir)
+    if expected is not None:
+        seen = [sorted(job.overrides) for job in jobs]
+        for overrides in expected:
+            if sorted(overrides) in seen:
+                seen.remove(sorted(overrides))
+            else:
+                jobs.append(Job("-", overrides, MISSING, "no job directory (never started)"))
+    return jobs
+
+
+# Leaves of the kernel benchmark's per-head ``summary`` worth a line in a sweep.
+_KERNEL_LEAVES = ("paged_over_contiguous.median", "indirection_share.max", "paged_frac_copy_bw_max")
+
+
+def _kernel_scalars(kernel_results: dict | None) -> dict[str, float]:
+    """Headline numbers of a kernel benchmark in a job dir: ``kernel.<head>.<metric>``."""
+    if not kernel_results:
+        return {}
+    out = {}
+    summary = kernel_results.get("summary") or {}
+    for head, stats in summary.items() if isinstance(summary, dict) else ():
+        if not isinstance(stats, dict):
+            continue
+        for leaf in _KERNEL_LEAVES:
+            node: Any = stats
+            for part in leaf.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, (int, float)) and not isinstance(node, bool) and math.isfinite(node):
+                out[f"kernel.{head}.{leaf}"] = float(node)
+    return out
+
+
+def aggregate(jobs: list[Job]) -> tuple[pd.DataFrame, list[str]]:
+    """One row per (job, system) with params and headline metrics; and the swept keys."""
+    rows = []
+    for job in jobs:
+        if job.results is None and job.kernel_results is None:
+            continue
+        base = {"job": job.name, "status": job.status, **job.params,
+                **_kernel_scalars(job.kernel_results)}
+        systems = (job.results or {}).get("systems") or {}
+        if not systems:
+            rows.append({**base, "system": "kernels"})
+        for name, summary in systems.items():
+            rows.append({**base, "system": name, **headline_values(summary)})
+    frame = pd.DataFrame(rows)
+    all_params: dict[str, set] = {}
+    for job in jobs:
+        for key, value in job.params.items():
+            all_params.setdefault(key, set()).add(repr(value))
+    swept = [k for k, values in all_params.items() if len(values) > 1]
+    return frame, swept
+
+
+def _sort_key(values: list) -> list:
+    """Numbers ascending; anything else in order of first appearance (the sweep's order)."""
+    if _is_numeric(values):
+        return sorted(values)
+    return list(dict.fromkeys(values))
+
+
+def _is_numeric(values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def sweep_figure(frame: pd.DataFrame, x_key: str, others: list[str], metrics: list[tuple[str, str]],
+                 colors: dict[str, str]) -> plt.Figure:
+    """A grid of panels, one per metric: metric vs ``x_key``, one line per system.
+
+    With other swept parameters, each of their value combinations gets its own line
+    style (same system colour).
+    """
+    n = len(metrics)
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.1 * cols, 2.9 * rows + 0.5), squeeze=False,
+                             layout="constrained")
+    x_values = _sort_key([_plain(v) for v in frame[x_key].dropna().unique()])
+    numeric = _is_numeric(x_values)
+    positive = numeric and all(v > 0 for v in x_values)
+    log_x = positive and len(x_values) > 2 and max(x_values) / min(x_values) >= 16
+    pow2 = log_x and all(float(v).is_integer() and int(v) & (int(v) - 1) == 0 for v in x_values)
+    combos = (frame[others].astype(str).agg(", ".join, axis=1) if others
+              else pd.Series([""] * len(frame), index=frame.index))
+    combo_values = list(dict.fromkeys(combos))
+    handles: dict[str, Any] = {}
+    for ax, (key, label) in zip(axes.flat, metrics):
+        for system in dict.fromkeys(frame["system"]):
+            for c_index, combo in enumerate(combo_values):
+                sub = frame[(frame["system"] == system) & (combos == combo)]
+                sub = sub[sub[key].notna()] if key in sub else sub.iloc[0:0]
+                if sub.empty:
+                    continue
+                order = [x_values.index(_plain(v)) for v in sub[x_key]]
+                sub = sub.assign(_o=order).sort_values("_o")
+                xs = sub[x_key].to_numpy(float) if numeric else sub["_o"].to_numpy()
+                name = system if not combo else f"{system} · {', '.join(f'{o}={v}' for o, v in zip(others, combo.split(', ')))}"
+                (line,) = ax.plot(xs, sub[key].to_numpy(float), color=colors.get(system, "#555"),
+                                  linestyle=F.LINESTYLES[c_index % len(F.LINESTYLES)],
+                                  marker=F.MARKERS[c_index % len(F.MARKERS)], markersize=3.5,
+                                  linewidth=1.3, label=name)
+                handles.setdefault(name, line)
+        ax.set_ylabel(label, fontsize=8)
+        ax.set_xlabel(x_key, fontsize=8)
+        if log_x:
+            ax.set_xscale("log", base=2 if pow2 else 10)
+            if pow2:
+                ax.set_xticks(x_values, [str(int(v)) for v in x_values], fontsize=7)
+                ax.minorticks_off()
+        elif not numeric:
+            ax.set_xticks(range(len(x_values)), [str(v) for v in x_values], fontsize=7,
+                          rotation=20)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.legend(list(handles.values()), list(handles), loc="outside upper center", fontsize=8,
+               frameon=False, ncol=min(len(handles), 5))
+    fig.suptitle(f"Headline metrics vs {x_key}")
+    return fig
+
+
+def _focus_metrics(sweep_dir: Path) -> list[str]:
+    """``experiment.focus`` of the sweep's config: the metrics its experiment is about."""
+    path = sweep_dir / "multirun.yaml"
+    if not path.exists():
+        return []
+    try:
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        return []
+    experiment = cfg.get("experiment")
+    focus = experiment.get("focus") if isinstance(experiment, dict) else None
+    return [str(m) for m in focus] if isinstance(focus, list) else []
+
+
+def render_sweep_report(sweep_dir: Path | str) -> Path:
+    """Write ``sweep_report.html`` (and ``sweep_results.csv``) at the top of ``sweep_dir``."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise InputError("not a directory; pass a Hydra multirun directory", path=str(sweep_dir))
+    jobs = collect_jobs(sweep_dir)
+    if not jobs:
+        raise InputError("no job directories (with .hydra/overrides.yaml or results.json) here; "
+                         "pass the top of a multirun directory", path=str(sweep_dir))
+    frame, swept = aggregate(jobs)
+    counts = {s: sum(j.status == s for j in jobs) for s in (FINISHED, INCOMPLETE, FAILED, MISSING)}
+    title = f"pagebench sweep: {sweep_dir.name}"
+    parts = [f"<h1>{esc(title)}</h1>",
+             f"<p class='meta' id='sweep-meta'>{len(jobs)} jobs: " + " · ".join(
+                 f"{esc(k)} <b>{v}</b>" for k, v in counts.items()) +
+             f" · swept: <b>{esc(', '.join(swept) or 'nothing')}</b> · directory "
+             f"<b>{esc(sweep_dir)}</b></p>"]
+    first = next((j.results for j in jobs if j.results), None)
+    if first:
+        parts.append("<p class='meta'>" + " · ".join(
+            f"{k} <b>{esc(v)}</b>" for k, v in (
+                ("workload", first["workload"].get("name")), ("model", first["model"]["name"]),
+                ("hardware", first["hardware"]["name"]), ("executor", first.get("executor")),
+                ("seed", first.get("seed")), ("pagebench", first.get("pagebench_version")))
+            if v is not None) + " (of the first finished job)</p>")
+    not_done = [j for j in jobs if j.status != FINISHED]
+    if not_done:
+        parts.append("<h2 id='not-finished'>Jobs that did not finish</h2>")
+        parts.append(table(["job", "overrides", "status", "reason"],
+                           [[j.name, " ".join(j.overrides), j.status, j.reason] for j in not_done],
+                           text_columns=(0, 1, 2, 3), css_id="unfinished-table"))
+    if frame.empty:
+        parts.append(absent("Results (no job finished)"))
+    else:
+        colors = F.system_colors(list(dict.fromkeys(frame["system"])))
+        metric_cols = [(m.key, m.label) for m in HEADLINE_METRICS
+                       if m.key in frame and frame[m.key].notna().any()]
+        metric_cols += [(c, c.replace("kernel.", "kernel: ")) for c in frame.columns
+                        if c.startswith("kernel.") and frame[c].notna().any()]
+        focus = [m for m in _focus_metrics(sweep_dir) if m in dict(metric_cols)]
+        metric_cols.sort(key=lambda kv: (kv[0] not in focus,
+                                         focus.index(kv[0]) if kv[0] in focus else 0))
+        if not swept:
+            parts.append("<p class='note'>No parameter varied across the finished jobs: the "
+                         "table lists them.</p>")
+        for key in swept:
+            if key not in frame or frame[key].isna().all():
+                continue
+            others = [o for o in swept if o != key and o in frame]
+            parts.append(f"<h2 id='vs-{esc(key)}'>Metrics vs {esc(key)}</h2>")
+            parts.append(figure(F.to_data_uri(sweep_figure(frame, key, others, metric_cols, colors)),
+                                f"headline metrics vs {key}"))
+        shown = ["job", "status", *swept, "system", *[k for k, _ in metric_cols]]
+        labels = ["job", "status", *swept, "system", *[lab for _, lab in metric_cols]]
+        sort_cols = [c for c in (*swept, "system") if c in frame]
+        ordered = frame.sort_values(sort_cols, key=lambda s: s.map(_sortable)) if sort_cols else frame
+        parts.append("<h2 id='table'>All results</h2>")
+        parts.append(table(labels, [[_cell(row.get(c)) for c in shown]
+                                    for row in ordered.to_dict("records")],
+                           text_columns=tuple(range(len(swept) + 3)), digits=3,
+                           css_id="sweep-table"))
+        atomic_write_text(sweep_dir / TABLE_NAME, frame.to_csv(index=False))
+    out = sweep_dir / REPORT_NAME
+    atomic_write_text(out, page(title, parts))
+    return out
+
+
+def _plain(value):
+    """numpy scalars as Python ones (so 16 sorts as a number, not as "16")."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _sortable(value):
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+def _cell(value):
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return None if not np.isfinite(value) else float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# One prepared command for a session that has a GPU (budget: under 8 minutes on an H200).
+#
+#   bash scripts/gpu_check.sh [OUT_DIR]        (default: $OUT, else outputs/gpu_check)
+#   GPU_CHECK_SKIP_INSTALL=1 skips stage 0; PYTHON=... picks the interpreter.
+#
+# Stages (each time-limited; a failing stage is recorded and the next one still runs):
+#   0. setup: carried wheels (wheels/) if present, then `pip install -e . --no-deps`
+#   1. device: nvidia-smi, torch/triton versions
+#   2. GPU-marked tests (`pytest -m gpu`), then the kernel correctness suite compiled on CUDA
+#   3. kernel benchmark at real sizes (conf/experiment/kernels.yaml) -> JSON, CSV, markdown, PNGs
+#   4. (reserved) the real-engine run -- the lead adds it below
+# Everything lands in OUT_DIR: gpu_check.log (all output), gpu_check.md (summary with date
+# and device), kernels/kernel_results.{json,csv,md}, kernels/*.png.
+set -uo pipefail
+
+OUT_DIR="${1:-${OUT:-outputs/gpu_check}}"
+mkdir -p "$OUT_DIR"
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+cd "$(dirname "$0")/.."
+LOG="$OUT_DIR/gpu_check.log"
+SUMMARY="$OUT_DIR/gpu_check.md"
+unset TRITON_INTERPRET            # compiled kernels, never the interpreter
+export PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+START=$(date +%s)
+declare -a RESULTS=()
+
+BUDGET_S="${GPU_CHECK_BUDGET_S:-460}"   # the whole script, setup included (< 8 minutes)
+
+stage() {  # stage NAME LIMIT_S RESERVE_S COMMAND...: LIMIT capped so RESERVE_S stays for later stages
+  local name="$1" limit="$2" reserve="$3"; shift 3
+  local left=$(( START + BUDGET_S - $(date +%s) - reserve ))
+  if [ "$left" -lt "$limit" ]; then limit=$left; fi
+  if [ "$limit" -lt 10 ]; then
+    echo "=== [$name] skipped: out of time budget" | tee -a "$LOG"
+    RESULTS+=("| $name | skipped (time budget) | 0s |")
+    return 0
+  fi
+  local t0=$(date +%s)
+  echo "=== [$name] $(date -u +%H:%M:%S) (limit ${limit}s): $*" | tee -a "$LOG"
+  STAGE_LIMIT=$limit timeout --signal=INT --kill-after=15 "$limit" "$@" >>"$LOG" 2>&1
+  local rc=$?
+  local dt=$(( $(date +%s) - t0 ))
+  echo "=== [$name] rc=$rc after ${dt}s" | tee -a "$LOG"
+  RESULTS+=("| $name | $rc | ${dt}s |")
+  return $rc
+}
+
+: >"$LOG"
+# ---- 0. setup --------------------------------------------------------------------------
+if [ "${GPU_CHECK_SKIP_INSTALL:-0}" != 1 ]; then
+  if [ -d wheels ] && ls wheels/*.whl >/dev/null 2>&1; then
+    stage wheels 90 400 "$PY" -m pip install --no-index --find-links wheels hydra-core omegaconf antlr4-python3-runtime
+  fi
+  stage install 90 380 "$PY" -m pip install -e . --no-deps --no-build-isolation
+fi
+
+# ---- 1. device -------------------------------------------------------------------------
+DEVICE="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+stage device 30 370 bash -c "nvidia-smi; $PY -c 'import torch, triton; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"triton\", triton.__version__); print(torch.cuda.get_device_name(0))'"
+
+# ---- 2. tests (the CI kernel suite compiled on CUDA first: the interpreter cannot catch
+#         compile-time problems; then the GPU-only tests at real sizes) ----------------------
+stage kernel-suite-cuda 150 260 "$PY" -m pytest -q -p no:cacheprovider -m "not gpu" \
+  tests/test_kernel_decode.py tests/test_kernel_cache_write.py
+stage gpu-tests 100 200 "$PY" -m pytest -m gpu -q -p no:cacheprovider --durations=10
+
+# ---- 3. kernel benchmark ---------------------------------------------------------------
+mkdir -p "$OUT_DIR/kernels"
+# the benchmark stops sweeping (and still writes what it measured) 20 s before its limit
+stage kernel-bench 240 25 bash -c "$PY -m kernels.benchmark --device cuda --out '$OUT_DIR/kernels' \
+  --set time_budget_s=\$(( STAGE_LIMIT - 20 ))"
+stage kernel-figures 25 0 "$PY" - "$OUT_DIR/kernels" <<'EOF'
+import json, sys
+from pathlib import Path
+from reports.kernel_figures import kernel_figures
+out = Path(sys.argv[1])
+results = json.loads((out / "kernel_results.json").read_text())
+names = ["latency_vs_context", "bandwidth_vs_block_size", "paged_over_contiguous_vs_block_size"]
+for name, fig in zip(names, kernel_figures(results)):
+    fig.savefig(out / f"{name}.png", dpi=120)
+print("targets:", json.dumps(results.get("targets"), indent=1))
+EOF
+
+# ==== 4. REAL-ENGINE RUN (reserved for the lead) =========================================
+# The lead adds the end-to-end engine run here, e.g.
+#   stage engine 120 "$PY" -m harness engine=torch hydra.run.dir="$OUT_DIR/engine" ...
+# Give it a reserve: stages take what GPU_CHECK_BUDGET_S (default 460 s) leaves, so raise
+# the budget or lower the reserves above when adding a stage here.
+# ==========================================================================================
+
+# ---- summary ---------------------------------------------------------------------------
+{
+  echo "# GPU check"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "- device: ${DEVICE:-unknown}"
+  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo 'none')"
+  echo "- total: $(( $(date +%s) - START ))s"
+  echo
+  echo "| stage | rc | time |"
+  echo "|---|---|---|"
+  printf '%s\n' "${RESULTS[@]}"
+  echo
+  if [ -f "$OUT_DIR/kernels/kernel_results.md" ]; then
+    sed 's/^# /## /' "$OUT_DIR/kernels/kernel_results.md"
+  fi
+} >"$SUMMARY"
+echo "wrote $SUMMARY and $LOG"
+cat "$SUMMARY" | head -40

@@ -1,0 +1,68 @@
+"""The default command end to end, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *overrides, f"hydra.run.dir={tmp_path}", "progress=false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("default_run")
+    proc = run_cli(out, "workload=docqa", "block_size=16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_default_command_writes_every_output(default_run):
+    out, proc = default_run
+    for name in ("config_resolved.yaml", "results.json", "run_info.json", "report.html"):
+        assert (out / name).is_file(), name
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["systems"]) == {"paged", "max", "pow2", "oracle"}
+    for system in results["systems"]:
+        steps = pd.read_csv(out / f"steps_{system}.csv")
+        requests = pd.read_csv(out / f"requests_{system}.csv")
+        assert len(steps) > 0 and len(requests) == results["workload"]["num_requests"]
+    assert "steps/s" in proc.stderr and "wall time" in proc.stderr
+
+
+def test_default_command_breakdown_is_complete_and_paged_packs_more(default_run):
+    out, _ = default_run
+    systems = json.loads((out / "results.json").read_text())["systems"]
+    for name, summary in systems.items():
+        memory = summary["memory"]
+        total = sum(memory[k] for k in ("token_states_pct", "reserved_pct",
+                                        "internal_fragmentation_pct",
+                                        "external_fragmentation_pct", "idle_pct"))
+        assert total == pytest.approx(100.0, abs=1e-2), name
+        assert summary["requests"]["finished"] > 0
+    paged = systems["paged"]
+    for name in ("max", "pow2", "oracle"):
+        assert paged["memory"]["token_states_pct"] > systems[name]["memory"]["token_states_pct"]
+        assert paged["batch"]["mean_seqs"] > systems[name]["batch"]["mean_seqs"]
+    assert paged["prefix_cache"]["hit_rate"] > 0 and paged["sharing_savings_pct"] > 0
+
+
+def test_request_longer_than_the_pool_is_rejected_and_counted(tmp_path):
+    proc = run_cli(tmp_path, "workload=fixed", "workload.num_requests=4",
+                   "engine.kv_capacity_slots=400", "systems=[paged,oracle]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    systems = json.loads((tmp_path / "results.json").read_text())["systems"]
+    for summary in systems.values():
+        assert summary["requests"] == {"finished": 0, "rejected": 4, "unfinished": 0}
+        assert summary["rejected_reasons"] == {"larger_than_pool": 4}

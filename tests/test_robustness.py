@@ -1,0 +1,223 @@
+"""The CLI under bad input, interruption and limits: clear messages, no tracebacks, no hangs,
+byte-identical results for a seed, and sweeps that skip jobs already done."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.config import EngineSpec
+from harness.engine.engine import EngineStalled, run_engine
+from harness.engine.scheduler import StepPlan
+from harness.results import config_hash, existing_complete_results
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["workload=docqa", "workload.num_requests=30", "progress=false"]
+
+
+def harness_cmd(*overrides: str) -> list[str]:
+    return [sys.executable, "-m", "harness", *overrides]
+
+
+def env(**extra: str) -> dict:
+    out = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA_")}
+    out.update(extra)
+    return out
+
+
+def run_cli(run_dir: Path, *overrides: str, timeout: float = 180, **env_extra: str):
+    return subprocess.run(harness_cmd(*overrides, f"hydra.run.dir={run_dir}"), cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, env=env(**env_extra))
+
+
+# ---------------------------------------------------------------- bad input
+BAD_INPUTS = {
+    "block_size_zero": (["block_size=0"], "block_size: must be a positive integer"),
+    "negative_rate": (["workload.arrival.rate=-1"], "workload.arrival.rate"),
+    "unknown_top_level_key": (["+foo=1"], "foo: unknown top-level key"),
+    "unknown_workload_key": (["workload.bogus=1"], "Could not override 'workload.bogus'"),
+    "added_unknown_workload_key": (["+workload.bogus=1"], "workload.bogus: unknown key"),
+    "weights_do_not_fit": (["model=llama-2-70b", "hardware=a100-40gb"],
+                           "model=llama-2-70b does not fit hardware=a100-40gb"),
+    "unknown_system": (["systems=[paged,nope]"], "unknown system 'nope'"),
+    "missing_trace_path": (["workload=azure_conv"], "workload.path is required"),
+    "trace_file_not_found": (["workload=azure_conv", "workload.path=/nonexistent/trace.csv"],
+                             "/nonexistent/trace.csv"),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory):
+    """Every bad-input case as a subprocess, all started at once (each is mostly imports)."""
+    base = tmp_path_factory.mktemp("bad")
+    procs = {name: subprocess.Popen(harness_cmd(*args, "progress=false",
+                                                f"hydra.run.dir={base / name}"),
+                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, env=env())
+             for name, (args, _) in BAD_INPUTS.items()}
+    out = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        out[name] = (proc.returncode, stdout + stderr)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_fails_with_a_clear_message_and_no_traceback(bad_input_runs, case):
+    code, output = bad_input_runs[case]
+    message = BAD_INPUTS[case][1]
+    assert code != 0, output
+    assert message in output, output
+    assert "Traceback" not in output, output
+
+
+# -------------------------------------------------------------- determinism
+def test_same_config_and_seed_give_byte_identical_results(tmp_path):
+    """Two processes with different hash salts, with prefix caching and preemption."""
+    args = [*SMALL, "engine.kv_capacity_slots=3072", "block_size=8", "systems=[paged,pow2]"]
+    procs = [subprocess.Popen(harness_cmd(*args, f"hydra.run.dir={tmp_path / str(i)}"), cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env(PYTHONHASHSEED=str(salt)))
+             for i, salt in enumerate((1, 2))]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    first, second = (tmp_path / "0" / "results.json").read_bytes(), (tmp_path / "1" / "results.json").read_bytes()
+    assert first == second
+    results = json.loads(first)
+    assert results["complete"] and results["systems"]["paged"]["preemptions"] > 0
+    assert results["systems"]["paged"]["prefix_cache"]["hit_rate"] > 0
+    for table in sorted(p.name for p in (tmp_path / "0").glob("*.csv")):
+        assert (tmp_path / "0" / table).read_bytes() == (tmp_path / "1" / table).read_bytes(), table
+
+
+# ------------------------------------------------------ limits and stalls
+def test_wall_time_limit_stops_the_run_and_marks_it_incomplete(tmp_path):
+    proc = run_cli(tmp_path, "workload=sharegpt_like", "workload.num_requests=5000",
+                   "systems=[paged]", "engine.wall_time_limit_s=0.5", "progress=false")
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: results are incomplete (wall_time_limit_s=0.5 reached)" in proc.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    paged = results["systems"]["paged"]
+    assert results["complete"] is False and paged["complete"] is False
+    assert paged["stop_reason"] == "wall_time_limit_s=0.5 reached"
+    assert 0 < paged["requests"]["finished"] < 5000
+    assert (tmp_path / "report.html").exists()
+
+
+class _NeverRuns:
+    """A scheduler that holds work but can never plan a step."""
+
+    class manager:
+        capacity_slots = 16
+
+        @staticmethod
+        def breakdown(_):  # pragma: no cover - never reached
+            raise AssertionError
+
+        @staticmethod
+        def fits_empty_pool(prompt_len, final_len):
+            return True
+
+    waiting, running, swapped = [object()], [], []
+
+    def add(self, group):
+        pass
+
+    def has_work(self):
+        return True
+
+    def schedule(self):
+        return StepPlan()
+
+
+def test_a_workload_that_can_never_progress_stops_with_a_clear_message():
+    with pytest.raises(EngineStalled, match="no step can run at t=0.000s with 1 waiting"):
+        run_engine((), _NeverRuns(), executor=None, spec=EngineSpec(), max_model_len=4096)
+
+
+def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(tmp_path):
+    """4 parallel samples each reserving max_model_len (4096) in a 3 x 4096-slot pool."""
+    proc = run_cli(tmp_path, "workload=parallel_sampling", "workload.num_requests=8",
+                   "systems=[max]", "engine.kv_capacity_slots=12288", "progress=false",
+                   timeout=120)
+    assert "Traceback" not in proc.stderr
+    if proc.returncode == 0:  # rejected at arrival and counted
+        results = json.loads((tmp_path / "results.json").read_text())
+        assert results["systems"]["max"]["requests"]["rejected"] == 8
+    else:
+        assert proc.returncode == 2 and "error: no step can run" in proc.stderr, proc.stderr
+
+
+# ------------------------------------------------------------- interruption
+def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path):
+    proc = subprocess.Popen(
+        harness_cmd("workload=sharegpt_like", "workload.num_requests=5000", "systems=[paged,max]",
+                    f"hydra.run.dir={tmp_path}"),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(64), "")))
+    reader.start()
+    deadline = time.monotonic() + 120
+    while "paged:" not in "".join(err) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)  # the progress bar: the engine loop has started
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    stderr = "".join(err)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert "interrupted: writing what has run, marked incomplete" in stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["complete"] is False and results["stop_reason"] == "interrupted"
+    paged = results["systems"]["paged"]
+    assert paged["complete"] is False and paged["stop_reason"] == "interrupted"
+    assert paged["requests"]["finished"] > 0
+    assert "max" not in results["systems"]  # the run stopped there
+    assert (tmp_path / "steps_paged.csv").exists() and (tmp_path / "report.html").exists()
+    # an interrupted run is not "done": the same command runs it again
+    assert existing_complete_results(tmp_path, results["config_hash"]) is None
+
+
+# ---------------------------------------------------------- sweep re-runs
+def test_a_rerun_sweep_skips_jobs_with_complete_results_for_the_same_config(tmp_path):
+    sweep = tmp_path / "sweep"
+
+    def sweep_run(block_sizes: str) -> subprocess.CompletedProcess:
+        return subprocess.run(harness_cmd("-m", *SMALL, "systems=[paged,oracle]",
+                                          f"block_size={block_sizes}", f"hydra.sweep.dir={sweep}"),
+                              cwd=ROOT, capture_output=True, text=True, timeout=300, env=env())
+
+    first = sweep_run("8,16")
+    assert first.returncode == 0, first.stderr
+    stamps = {p: p.stat().st_mtime_ns for p in sweep.glob("*/results.json")}
+    assert len(stamps) == 2
+    # job 0 was interrupted last time: it runs again; job 1 is done: skipped
+    job0 = json.loads((sweep / "0" / "results.json").read_text())
+    job0["complete"] = False
+    (sweep / "0" / "results.json").write_text(json.dumps(job0))
+    second = sweep_run("8,16")
+    assert second.returncode == 0, second.stderr
+    assert second.stderr.count("skipped:") == 1 and f"{sweep / '1' / 'results.json'}" in second.stderr
+    assert (sweep / "1" / "results.json").stat().st_mtime_ns == stamps[sweep / "1" / "results.json"]
+    assert json.loads((sweep / "0" / "results.json").read_text())["complete"] is True
+    # a job directory holding results of another config is not skipped
+    job1 = json.loads((sweep / "1" / "results.json").read_text())
+    assert existing_complete_results(sweep / "1", job1["config_hash"]) is not None
+    assert existing_complete_results(sweep / "1", job0["config_hash"]) is None
+
+
+def test_config_hash_ignores_display_only_keys_and_tracks_everything_else():
+    cfg = {"block_size": 16, "seed": 0, "progress": True, "workload": {"num_requests": 4}}
+    assert config_hash(cfg) == config_hash({**cfg, "progress": False})
+    assert config_hash(cfg) != config_hash({**cfg, "seed": 1})
+    assert config_hash(cfg) != config_hash({**cfg, "workload": {"num_requests": 5}})
