@@ -20,7 +20,7 @@ filled last block copies it (copy-on-write) and returns ``[(src, dst)]``.
 from __future__ import annotations
 
 from array import array
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -37,8 +37,18 @@ def _as_tokens(token_ids: Sequence[int] | np.ndarray) -> array:
     return array("i", token_ids)
 
 
+def _token_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:
+    """The ids as packed 4-byte ints (the bytes cache keys hold); one C-level copy."""
+    if isinstance(token_ids, np.ndarray):
+        return token_ids.astype(np.int32, copy=False).tobytes()
+    if isinstance(token_ids, array) and token_ids.typecode == "i":
+        return token_ids.tobytes()
+    return array("i", token_ids).tobytes()
+
+
 class _Seq:
-    __slots__ = ("table", "num_tokens", "final_len", "prompt_len", "keys", "tail", "cpu_blocks")
+    __slots__ = ("table", "num_tokens", "final_len", "prompt_len", "keys", "tail", "cpu_blocks",
+                 "room")
 
     def __init__(self, table: list[int], num_tokens: int, final_len: int, prompt_len: int,
                  keys: list[tuple], tail: array) -> None:
@@ -49,6 +59,10 @@ class _Seq:
         self.keys = keys  # cache key of each full block (prefix caching only)
         self.tail = tail  # token ids in the partial last block (prefix caching only)
         self.cpu_blocks: list[int] | None = None  # CPU block ids while swapped out
+        # NOTE: appends of up to ``room`` tokens stay inside the sole-owned, partially
+        # filled last block (and within final_len): no block, copy or key changes, so
+        # they take the fast path. 0 = take the general path (which resets it).
+        self.room = 0
 
 
 class PagedKVCacheManager:
@@ -142,7 +156,7 @@ class PagedKVCacheManager:
         """Prompt tokens ``admit`` would serve from the prefix cache now. Changes nothing."""
         if not self.enable_prefix_caching:
             return 0
-        data = np.asarray(prompt_token_ids, dtype=np.int32).tobytes()
+        data = _token_bytes(prompt_token_ids)
         return len(self._prefix_hits(data, len(prompt_token_ids))[0]) * self.block_size
 
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
@@ -158,6 +172,15 @@ class PagedKVCacheManager:
 
     def _target(self, s: _Seq, index: int) -> int:
         return min(self.block_size, s.final_len - index * self.block_size)
+
+    def _set_room(self, s: _Seq) -> None:
+        """Recompute ``s.room`` (see ``_Seq``) after a change on the general path."""
+        n, bs = s.num_tokens, self.block_size
+        used = n % bs
+        if used and s.cpu_blocks is None and self.pool.ref_cnt[s.table[-1]] == 1:
+            s.room = min(bs - 1 - used, s.final_len - n)
+        else:
+            s.room = 0
 
     # ----------------------------------------------------------- life cycle
     def admit(self, seq_id: int, prompt_token_ids: Sequence[int], final_len: int,
@@ -183,7 +206,7 @@ class PagedKVCacheManager:
         keys: list[tuple] = []
         data = b""
         if self.enable_prefix_caching:
-            data = np.asarray(prompt_token_ids, dtype=np.int32).tobytes()
+            data = _token_bytes(prompt_token_ids)
             hits, keys = self._prefix_hits(data, prompt_len)
         num_cached = len(hits) * bs
         n = max(num_tokens, num_cached)
@@ -211,6 +234,7 @@ class PagedKVCacheManager:
         if n % bs:
             last = len(table) - 1
             self._ledger.add_owner(table[last], n - last * bs, self._target(s, last))
+            self._set_room(s)
         self._logical += n
         st = self.stats
         st.prefix_queried_tokens += prompt_len
@@ -225,9 +249,23 @@ class PagedKVCacheManager:
         those ``(src_block, dst_block)`` copies. None (nothing changed) when short.
         """
         s = self._seqs.get(seq_id)
-        if s is None or s.cpu_blocks is not None:
-            self._get_resident(seq_id, "append to")  # raises the right error
+        if s is None:
+            self._get(seq_id)  # raises the right error
         k = len(token_ids)
+        if 0 < k <= s.room:
+            # Fast path: the tokens stay inside the sole-owned partial last block.
+            s.room -= k
+            s.num_tokens += k
+            self._ledger.fill_sum += k
+            self._logical += k
+            if self.enable_prefix_caching:
+                if k == 1 and not isinstance(token_ids, np.ndarray):
+                    s.tail.append(token_ids[0])
+                else:
+                    s.tail.extend(_as_tokens(token_ids))
+            return []
+        if s.cpu_blocks is not None:
+            self._get_resident(seq_id, "append to")  # raises the right error
         n = s.num_tokens
         new_n = n + k
         if new_n > s.final_len:
@@ -235,16 +273,9 @@ class PagedKVCacheManager:
                              f"{s.final_len}; the sequence must end (free it) instead")
         if k == 0:
             return []
-        bs, table = self.block_size, s.table
-        used = n % bs  # tokens in the last block when it is partial, else 0
-        if used and used + k < bs and self.pool.ref_cnt[table[-1]] == 1:
-            # Fast path: the tokens stay inside the sole-owned partial last block.
-            self._ledger.fill_sum += k
-            copies: list[tuple[int, int]] = []
-        else:
-            copies = self._grow(s, n, new_n, used)
-            if copies is None:
-                return None
+        copies = self._grow(s, n, new_n, n % self.block_size)
+        if copies is None:
+            return None
         s.num_tokens = new_n
         self._logical += k
         if self.enable_prefix_caching:
@@ -253,9 +284,51 @@ class PagedKVCacheManager:
                 tail.append(token_ids[0])
             else:
                 tail.extend(_as_tokens(token_ids))
-            if len(tail) >= bs:
+            if len(tail) >= self.block_size:
                 self._key_full_blocks(s)
+        self._set_room(s)
         return copies
+
+    def append_decode(self, seq_ids: Sequence[int], token_ids: Iterable[int],
+                      copies: list[tuple[int, int]]) -> int:
+        """One decode step: append ONE token to each sequence, in order.
+
+        Each sequence gets exactly what ``append(seq_id, [token])`` gives it (the same
+        blocks, copy-on-write and accounting); its copies are appended to ``copies``.
+        Stops at the first sequence that does not fit (nothing changed for it) and
+        returns how many leading sequences got their slot (``len(seq_ids)`` = all).
+        ``token_ids`` is consumed in step with ``seq_ids`` (one per sequence tried).
+        The batch form saves a Python call per sequence on the decode hot path.
+        NOTE: misuse raises ValueError like ``append``, after committing the sequences
+        before the faulty one.
+        """
+        seqs = self._seqs
+        caching = self.enable_prefix_caching
+        in_block = 0  # appends that stayed inside a sole-owned partial last block
+        done = 0
+        try:
+            for seq_id, token in zip(seq_ids, token_ids):
+                s = seqs.get(seq_id)
+                if s is None:
+                    self._get(seq_id)  # raises the right error
+                room = s.room
+                if room:
+                    s.room = room - 1
+                    s.num_tokens += 1
+                    in_block += 1
+                    if caching:
+                        s.tail.append(token)
+                else:
+                    grown = self.append(seq_id, (token,))  # the general path
+                    if grown is None:
+                        break
+                    if grown:
+                        copies.extend(grown)
+                done += 1
+        finally:
+            self._ledger.fill_sum += in_block
+            self._logical += in_block
+        return done
 
     def _grow(self, s: _Seq, n: int, new_n: int, used: int) -> list[tuple[int, int]] | None:
         """Blocks (and a copy-on-write) for growing ``s`` from ``n`` to ``new_n`` tokens."""
@@ -309,6 +382,7 @@ class PagedKVCacheManager:
         self._seqs[child_id] = c
         for b in c.table:
             self.pool.touch(b)
+        p.room = 0  # NOTE: its last block is shared now: the next append may copy it
         if c.num_tokens % self.block_size:
             last = len(c.table) - 1
             self._ledger.add_owner(c.table[last], c.num_tokens - last * self.block_size,
@@ -324,6 +398,7 @@ class PagedKVCacheManager:
         self._logical -= s.num_tokens
         self.pool.free(reversed(s.table))  # NOTE: tail first, so the tail is evicted first
         s.table = []
+        s.room = 0
 
     def free(self, seq_id: int) -> None:
         s = self._get(seq_id)
@@ -370,6 +445,7 @@ class PagedKVCacheManager:
             last = len(table) - 1
             self._ledger.add_owner(table[last], s.num_tokens - last * bs, self._target(s, last))
         self._logical += s.num_tokens
+        self._set_room(s)
         self.stats.swap_ins += 1
         self.stats.swapped_in_units += len(cpu)
         return list(zip(cpu, table))

@@ -123,13 +123,54 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class FittedCostSpec:
+    """Step-time coefficients fitted to measured torch runs (``python -m harness.calibrate``).
+
+    Step time = step_overhead_s + per_token_s * tokens + per_attention_pair_s * pairs
+    + per_kv_read_slot_s * cached slots read + per_seq_s * sequences
+    + per_prefill_chunk_s * prefill chunks (+ copies and swaps as in the roofline).
+    Used for the model it was measured on (name, layers, dtype); other models get the
+    roofline with the derived ``compute_efficiency`` / ``bandwidth_efficiency``.
+    """
+
+    model: str
+    num_layers: int
+    dtype: str
+    step_overhead_s: float
+    per_token_s: float
+    per_attention_pair_s: float
+    per_kv_read_slot_s: float
+    per_seq_s: float
+    per_prefill_chunk_s: float = 0.0
+    compute_efficiency: float | None = None
+    bandwidth_efficiency: float | None = None
+
+    def validate(self, where: str) -> None:
+        for key in ("step_overhead_s", "per_token_s", "per_attention_pair_s", "per_kv_read_slot_s",
+                    "per_seq_s", "per_prefill_chunk_s"):
+            value = getattr(self, key)
+            _require(isinstance(value, (int, float)) and value >= 0, f"{where}.{key}",
+                     f"must be a number >= 0, got {value!r}")
+        for key in ("compute_efficiency", "bandwidth_efficiency"):
+            value = getattr(self, key)
+            if value is not None:
+                _require(0 < value <= 1, f"{where}.{key}", f"must be in (0, 1] or null, got {value!r}")
+        _require(self.dtype in DTYPE_BYTES, f"{where}.dtype", f"must be one of {', '.join(DTYPE_BYTES)}")
+
+    def applies_to(self, model: "ModelSpec") -> bool:
+        return (self.model == model.name and self.num_layers == model.layers
+                and self.dtype == model.dtype)
+
+
+@dataclass(frozen=True)
 class HardwareSpec:
-    """An accelerator's memory and peak rates."""
+    """An accelerator's memory and peak rates (and, once calibrated, fitted step costs)."""
 
     name: str
     memory_gib: float
     hbm_bandwidth_gbps: float
     peak_fp16_tflops: float
+    fitted: FittedCostSpec | None = None
 
     def validate(self, where: str) -> None:
         for key in ("memory_gib", "hbm_bandwidth_gbps", "peak_fp16_tflops"):
@@ -182,6 +223,7 @@ class EngineSpec:
     sampling: str = "seeded"  # greedy (every sample argmax) | seeded (sample 0 greedy, others seeded)
     telemetry_interval_s: float = 0.1  # NVML sampling period in seconds (0 = no telemetry)
     profile_activation_tokens: int | None = None  # capacity profiling pass; null = max_num_batched_tokens
+    cpu_threads: int | None = None  # torch intra-op threads for CPU runs (null = torch's default)
 
     def validate(self, where: str) -> None:
         _require(self.executor in ("sim", "torch"), f"{where}.executor", "must be 'sim' or 'torch'")
@@ -217,6 +259,9 @@ class EngineSpec:
                  f"must be greedy or seeded, got {self.sampling!r}")
         _require(isinstance(self.telemetry_interval_s, (int, float)) and self.telemetry_interval_s >= 0,
                  f"{where}.telemetry_interval_s", "must be >= 0 (0 = no NVML telemetry)")
+        if self.cpu_threads is not None:
+            _require(isinstance(self.cpu_threads, int) and self.cpu_threads > 0,
+                     f"{where}.cpu_threads", "must be a positive integer or null")
         if self.profile_activation_tokens is not None:
             _require(isinstance(self.profile_activation_tokens, int) and self.profile_activation_tokens > 0,
                      f"{where}.profile_activation_tokens", "must be a positive integer or null")
@@ -252,7 +297,7 @@ class SystemSpec:
         return f"contiguous {self.policy} ({self.arena})"
 
 
-_NESTED = {("EngineSpec", "cost"): CostSpec}
+_NESTED = {("EngineSpec", "cost"): CostSpec, ("HardwareSpec", "fitted"): FittedCostSpec}
 
 
 def validate_block_size(value: Any) -> int:

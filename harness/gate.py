@@ -4,20 +4,23 @@
     python -m harness.gate RESULTS... --baseline baselines/smoke.json --update
     python -m harness.gate --show-rules            # the rules below, as JSON
 
-RESULTS are ``results.json`` files, run directories, or sweep directories
-(searched for ``results.json``). Each run is a *job*, identified by its workload,
-size, model, hardware, block size and seed; the baseline holds one entry per job.
+RESULTS are ``results.json`` files (serving runs), ``kernel_results.json`` files
+(``run=kernels``), run directories, or sweep directories (searched for both). Each
+run is a *job*, identified by its workload, size, model, hardware, block size and
+seed and executor (kernel runs: by device); the baseline holds one entry per job.
 
 Every gated number is matched by the first rule in ``RULES`` whose pattern fits its
-name (``<system>.<path in results.json>``, or ``ratio.<paged>/<contiguous>.<path>``
-for within-run ratios). A rule says which direction is better and how much change
+name: ``<system>.<path in results.json>``, ``ratio.<paged>/<contiguous>.<path>`` for
+within-run ratios, ``kernel.<head>/<dtype>/b<batch>/ctx<context>/bs<block>.<ratio>``
+for kernel sweep points. A rule says which direction is better and how much change
 is tolerated:
 
 - on the ``sim`` executor every figure is deterministic for a seed, so the tolerance
   is tight (``abs_tol``, or ``rel_tol`` times the baseline value, whichever is larger);
 - on a measured executor (``torch``) only rules with a ``noise_band`` are gated, as a
   relative band; absolute timings have none (they depend on the machine) and are
-  reported as ``info``, while paged/contiguous ratios from one run are gated.
+  reported as ``info``, while ratios measured within one run (paged vs contiguous
+  throughput, kernel time, kernel vs copy bandwidth) are gated.
 
 Verdicts: ``pass``, ``improved`` (better beyond tolerance: passes; refresh the
 baseline with ``--update``), ``REGRESSION`` (worse beyond tolerance), ``CHANGED`` (a
@@ -98,6 +101,10 @@ RULES: tuple[Rule, ...] = (
     Rule("ratio.*.throughput.output_tokens_per_s", "higher", rel_tol=1e-4, noise_band=0.10,
          why=_RATIO),
     Rule("ratio.*.latency.e2e_s.p50", "lower", rel_tol=1e-4, noise_band=0.10, why=_RATIO),
+    Rule("kernel.*.paged_over_contiguous", "lower", noise_band=0.10,
+         why="paged / contiguous kernel time, measured back to back in one run"),
+    Rule("kernel.*.paged_frac_copy_bw", "higher", noise_band=0.10,
+         why="paged kernel bandwidth / device copy bandwidth, measured in one run"),
     Rule("*.throughput.requests_per_s", "higher", rel_tol=1e-4, why=_SIMTIME),
     Rule("*.throughput.output_tokens_per_s", "higher", rel_tol=1e-4, why=_SIMTIME),
     Rule("*.latency.ttft_s.p50", "lower", rel_tol=1e-4, why=_SIMTIME),
@@ -119,6 +126,9 @@ SYSTEM_PATHS = (
     "latency.e2e_s.p99", "latency.normalized_s_per_token.p50",
 )
 RATIO_PATHS = ("throughput.output_tokens_per_s", "latency.e2e_s.p50")
+# kernel_results.json (python -m harness run=kernels): within-run ratios per sweep point.
+KERNEL_SCHEMA = "pagebench.kernel_bench/1"
+KERNEL_RATIOS = ("paged_over_contiguous", "paged_frac_copy_bw")
 FAILING = {"REGRESSION", "CHANGED", "MISSING", "INCOMPLETE", "NO BASELINE"}
 
 
@@ -136,14 +146,19 @@ _ABSENT = object()
 
 def job_key(results: dict) -> str:
     """A readable identity of the run, stable across code changes."""
+    if results.get("schema") == KERNEL_SCHEMA:  # timings: only comparable on the same device
+        return f"kernels/{results.get('device', {}).get('name', '?')}"
     w, m = results.get("workload", {}), results.get("model", {})
     hw = results.get("hardware", {})
     return (f"{w.get('name', '?')}/n{w.get('num_requests', '?')}/{m.get('name', '?')}/"
-            f"{hw.get('name', '?')}/bs{results.get('block_size', '?')}/seed{results.get('seed', '?')}")
+            f"{hw.get('name', '?')}/bs{results.get('block_size', '?')}/seed{results.get('seed', '?')}/"
+            f"{results.get('executor', '?')}")
 
 
 def extract_metrics(results: dict) -> dict[str, Any]:
     """The gated numbers of one results file, by metric name (insertion-ordered)."""
+    if results.get("schema") == KERNEL_SCHEMA:
+        return _kernel_metrics(results)
     systems = results["systems"]
     out: dict[str, Any] = {}
     for name, summary in systems.items():
@@ -165,6 +180,17 @@ def extract_metrics(results: dict) -> dict[str, Any]:
     return out
 
 
+def _kernel_metrics(results: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for row in results["rows"]:
+        point = (f"{row.get('head_config')}/{row.get('dtype')}/b{row.get('batch')}/"
+                 f"ctx{row.get('context_len')}/bs{row.get('block_size')}")
+        for name in KERNEL_RATIOS:
+            if row.get(name) is not None:
+                out[f"kernel.{point}.{name}"] = row[name]
+    return out
+
+
 def rule_for(metric: str, rules: Iterable[Rule]) -> Rule | None:
     for rule in rules:
         if fnmatch.fnmatchcase(metric, rule.metric):
@@ -173,6 +199,12 @@ def rule_for(metric: str, rules: Iterable[Rule]) -> Rule | None:
 
 
 # ---------------------------------------------------------------- comparing
+def is_complete(results: dict) -> bool:
+    if results.get("schema") == KERNEL_SCHEMA:
+        return not results.get("truncated", False)
+    return results.get("complete") is True
+
+
 @dataclass
 class Row:
     job: str
@@ -201,7 +233,9 @@ def compare_value(baseline: Any, current: Any, rule: Rule, deterministic: bool) 
     else:
         tol = rule.noise_band * abs(baseline)
     tol += 1e-12 * max(1.0, abs(baseline))  # float noise of the rounding in results.json
-    if abs(delta) <= tol or (isinstance(delta, float) and math.isnan(delta)):
+    if isinstance(delta, float) and math.isnan(delta):
+        return None, "CHANGED"
+    if abs(delta) <= tol:
         return delta, "pass"
     if rule.better == "equal":
         return delta, "CHANGED"
@@ -216,8 +250,9 @@ def compare(current: dict[str, dict], baseline: dict, rules: Iterable[Rule] = RU
     base_jobs = baseline.get("jobs", {})
     for key, results in current.items():
         deterministic = results.get("executor") == "sim"
-        if not results.get("complete", False):
-            reason = results.get("stop_reason") or "some system did not finish"
+        if not is_complete(results):
+            reason = ("the kernel sweep's time budget ran out" if results.get("truncated") else
+                      results.get("stop_reason") or "some system did not finish")
             rows.append(Row(key, "run.complete", True, False, None, "must be true",
                             "INCOMPLETE"))
             print(f"gate: {key}: results are incomplete ({reason}); re-run to completion",
@@ -261,7 +296,7 @@ def make_baseline(current: dict[str, dict], rules: Iterable[Rule] = RULES) -> di
     for key in sorted(current):
         results = current[key]
         metrics = {m: v for m, v in extract_metrics(results).items() if rule_for(m, rules)}
-        jobs[key] = {"executor": results.get("executor"),
+        jobs[key] = {"executor": results.get("executor", results.get("timings")),
                      "config_hash": results.get("config_hash"), "metrics": metrics}
     return {"pagebench_baseline": BASELINE_FORMAT,
             "note": "written by `python -m harness.gate ... --update`; review the diff",
@@ -269,27 +304,50 @@ def make_baseline(current: dict[str, dict], rules: Iterable[Rule] = RULES) -> di
 
 
 # ------------------------------------------------------------------- inputs
+RESULT_FILES = ("results.json", "kernel_results.json")
+
+
 def find_results(paths: Iterable[str]) -> list[Path]:
-    """results.json files from files, run directories or sweep directories."""
+    """Result files from files, run directories or sweep directories."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir() and not (path / "results.json").exists():
-            hits = sorted(path.rglob("results.json"))
-            if not hits:
-                raise InputError("no results.json in this directory or below it; pass a run "
-                                 "directory or a results.json", path=str(path))
-            found.extend(hits)
-        else:
+        if not path.is_dir():
             found.append(path)
+            continue
+        hits = sorted(p for name in RESULT_FILES for p in path.rglob(name))
+        if not hits:
+            raise InputError("no results.json or kernel_results.json in this directory or below "
+                             "it; pass a run directory or a results file", path=str(path))
+        found.extend(hits)
     return found
+
+
+def read_any_results(path: Path) -> dict:
+    """A serving results.json (validated by ``read_results``) or a kernel_results.json."""
+    if path.name != "kernel_results.json":
+        return read_results(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("results file not found", path=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
+                         line=exc.lineno) from None
+    if not isinstance(data, dict) or data.get("schema") != KERNEL_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else None
+        raise InputError(f"schema {found!r} is not supported (this pagebench reads "
+                         f"{KERNEL_SCHEMA!r}); re-run the kernel benchmark", path=str(path))
+    if not isinstance(data.get("rows"), list):
+        raise InputError("missing 'rows' list", path=str(path), field="rows")
+    return data
 
 
 def load_current(paths: Iterable[str]) -> dict[str, dict]:
     current: dict[str, dict] = {}
     origin: dict[str, Path] = {}
     for path in find_results(paths):
-        results = read_results(path)
+        results = read_any_results(path)
         key = job_key(results)
         if key in current:
             raise InputError(f"two results files are the same job {key!r} (the other: "
@@ -445,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         current = load_current(args.results)
         baseline_path = Path(args.baseline)
         if args.update:
-            incomplete = [k for k, r in current.items() if not r.get("complete", False)]
+            incomplete = [k for k, r in current.items() if not is_complete(r)]
             if incomplete:
                 print(f"error: refusing to write a baseline from incomplete results: "
                       f"{', '.join(incomplete)}", file=sys.stderr)

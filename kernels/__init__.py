@@ -1,0 +1,16 @@
+"""Attention and KV-cache kernels: Triton kernels, their wrappers and torch references.
+
+Public API (import the submodules; this package imports nothing heavy itself):
+
+* ``kernels.paged_decode.paged_decode_attention`` -- decode attention over a paged cache
+* ``kernels.contiguous_decode.contiguous_decode_attention`` -- the same kernel, no block table
+* ``kernels.cache_write`` -- ``write_kv_cache``, ``copy_blocks``, ``gather_blocks``,
+  ``scatter_blocks``, ``swap_blocks``
+* ``kernels.reference`` -- torch implementations (test oracle and CPU execution path)
+* ``kernels.benchmark.run_kernel_benchmark`` -- the indirection benchmark
+  (``python -m kernels.benchmark``; spec in ``bench_spec``, outputs in ``bench_results``)
+* ``kernels.compile_check`` -- compile every variant for sm_90 without a GPU
+
+CUDA tensors run compiled Triton; CPU tensors run the torch reference, or the Triton
+interpreter when ``TRITON_INTERPRET=1`` was set before triton was imported (tests).
+"""

@@ -32,169 +32,27 @@ roofline estimate of the same matmuls (weight bytes / copy bandwidth) is reporte
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as _dt
-import json
-import math
 import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from kernels.bench_results import check_targets, markdown_table, summarize, write_results
+from kernels.bench_spec import DTYPES, HeadConfig, KernelBenchSpec, _plain, load_spec
 from kernels.contiguous_decode import contiguous_decode_attention
 from kernels.paged_decode import launch_plan, paged_decode_attention
 from kernels.reference import paged_decode_attention_reference
 
+__all__ = ["HeadConfig", "KernelBenchSpec", "check_targets", "load_spec", "main", "markdown_table",
+           "run_kernel_benchmark", "summarize", "write_results"]
+
 SCHEMA = "pagebench.kernel_bench/1"
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-BASELINES = ("reference", "sdpa", "flex")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "kernels.yaml"
-
-
-@dataclass(frozen=True)
-class HeadConfig:
-    """Attention heads of a model, plus the dims the end-to-end share needs (optional)."""
-
-    name: str
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    hidden_size: int | None = None
-    intermediate_size: int | None = None
-    num_layers: int | None = None
-    mlp: str = "gated"
-
-    def __post_init__(self) -> None:
-        for key in ("num_heads", "num_kv_heads", "head_dim"):
-            if not (isinstance(getattr(self, key), int) and getattr(self, key) > 0):
-                raise ValueError(f"kernel_bench.head_configs[{self.name}].{key} must be a positive int")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"kernel_bench.head_configs[{self.name}]: num_heads must be a multiple of num_kv_heads")
-        if self.mlp not in ("gated", "gelu"):
-            raise ValueError(f"kernel_bench.head_configs[{self.name}].mlp must be 'gated' or 'gelu'")
-
-    @property
-    def has_model_dims(self) -> bool:
-        return None not in (self.hidden_size, self.intermediate_size, self.num_layers)
-
-    def linear_shapes(self) -> list[tuple[int, int]]:
-        """(in, out) of one layer's matmuls: QKV, O, MLP in (gate+up or fc1), MLP out."""
-        h, i = self.hidden_size, self.intermediate_size
-        qkv = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
-        mlp_in = 2 * i if self.mlp == "gated" else i
-        return [(h, qkv), (self.num_heads * self.head_dim, h), (h, mlp_in), (i, h)]
-
-
-@dataclass(frozen=True)
-class KernelBenchSpec:
-    """The sweep; ``cpu`` holds overrides applied when the run lands on a CPU."""
-
-    batch_sizes: tuple[int, ...] = (1, 8, 32, 64)
-    context_lens: tuple[int, ...] = (1024, 4096, 8192)
-    block_sizes: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256)
-    dtypes: tuple[str, ...] = ("float16",)
-    head_configs: tuple[HeadConfig, ...] = (
-        HeadConfig("llama-2-13b", 40, 40, 128, 5120, 13824, 40),
-        HeadConfig("llama-3-8b", 32, 8, 128, 4096, 14336, 32),
-    )
-    baselines: tuple[str, ...] = BASELINES
-    device: str = "auto"
-    block_order: str = "random"
-    num_splits: int | None = None
-    tile_size: int | None = None
-    num_stages: int | None = None
-    flex_block_sizes: tuple[int, ...] | None = (16,)  # None: every point (one compile per shape)
-    flex_batch_sizes: tuple[int, ...] | None = (32,)
-    flex_context_lens: tuple[int, ...] | None = (4096,)
-    reference_max_tokens: int = 1 << 20  # skip the (slow) torch reference above batch x context
-    warmup_ms: int = 10
-    rep_ms: int = 50
-    cpu_repeats: int = 5
-    copy_bytes: int = 1 << 30
-    seed: int = 0
-    time_budget_s: float | None = None  # stop starting new points after this long (results say truncated)
-    cpu: Mapping | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        def positive_ints(key: str) -> None:
-            values = getattr(self, key)
-            if not values or not all(isinstance(v, int) and v > 0 for v in values):
-                raise ValueError(f"kernel_bench.{key} must be a non-empty list of positive ints, got {values!r}")
-
-        for key in ("batch_sizes", "context_lens", "block_sizes"):
-            positive_ints(key)
-        if any(bs & (bs - 1) or bs > 256 for bs in self.block_sizes):
-            raise ValueError(f"kernel_bench.block_sizes must be powers of two <= 256, got {self.block_sizes}")
-        if not self.dtypes or any(d not in DTYPES for d in self.dtypes):
-            raise ValueError(f"kernel_bench.dtypes must be from {sorted(DTYPES)}, got {self.dtypes}")
-        if not self.head_configs:
-            raise ValueError("kernel_bench.head_configs must name at least one head config")
-        if any(b not in BASELINES for b in self.baselines):
-            raise ValueError(f"kernel_bench.baselines must be from {BASELINES}, got {self.baselines}")
-        if self.device not in ("auto", "cuda", "cpu"):
-            raise ValueError(f"kernel_bench.device must be auto, cuda or cpu, got {self.device!r}")
-        if self.block_order not in ("random", "sequential"):
-            raise ValueError(f"kernel_bench.block_order must be random or sequential, got {self.block_order!r}")
-
-    @classmethod
-    def from_mapping(cls, spec: Mapping) -> KernelBenchSpec:
-        raw = _plain(spec)
-        if not isinstance(raw, dict):
-            raise ValueError(f"kernel_bench must be a mapping, got {type(spec).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"kernel_bench: unknown key(s) {unknown}; known: {sorted(known)}")
-        kwargs = {}
-        for key, value in raw.items():
-            if key == "head_configs":
-                value = tuple(_head_config(h) for h in value)
-            elif isinstance(value, list):
-                value = tuple(value)
-            kwargs[key] = value
-        return cls(**kwargs)
-
-    def for_device(self, device: torch.device) -> KernelBenchSpec:
-        """The spec with its ``cpu`` overrides applied when running on a CPU."""
-        if device.type != "cpu" or not self.cpu:
-            return self
-        merged = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "cpu"}
-        merged = {k: v for k, v in merged.items() if k != "head_configs"}
-        merged["head_configs"] = [asdict(h) for h in self.head_configs]
-        merged.update(_plain(self.cpu))
-        return KernelBenchSpec.from_mapping(merged)
-
-
-def _plain(obj):
-    """OmegaConf containers and tuples to plain Python (dicts, lists)."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(obj, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(obj, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a dependency of the harness
-        pass
-    if isinstance(obj, Mapping):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
-
-
-def _head_config(raw) -> HeadConfig:
-    if isinstance(raw, HeadConfig):
-        return raw
-    raw = _plain(raw)
-    known = {f.name for f in fields(HeadConfig)}
-    unknown = sorted(set(raw) - known)
-    if unknown or "name" not in raw:
-        raise ValueError(f"kernel_bench.head_configs entry {raw!r}: needs name, num_heads, num_kv_heads, "
-                         f"head_dim (optional {sorted(known - {'name', 'num_heads', 'num_kv_heads', 'head_dim'})})")
-    return HeadConfig(**raw)
 
 
 # ---- timing ------------------------------------------------------------------------------------
@@ -296,6 +154,11 @@ def _flex_call(inputs: DecodeInputs, head: HeadConfig, k_paged, v_paged, tables,
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if _FLEX_COMPILED is None:
+        import torch._dynamo
+
+        for limit in ("recompile_limit", "cache_size_limit"):  # one compile per swept shape
+            if hasattr(torch._dynamo.config, limit):
+                setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))
         _FLEX_COMPILED = torch.compile(flex_attention)
     batch, context = inputs.q.shape[0], int(inputs.context_lens[0])
     device = inputs.q.device
@@ -376,7 +239,18 @@ def run_kernel_benchmark(spec: Mapping, out_dir: Path, *, progress: bool = True)
     base = spec if isinstance(spec, KernelBenchSpec) else KernelBenchSpec.from_mapping(spec)
     device = _resolve_device(base.device)
     spec = base.for_device(device)
-    out_dir = Path(out_dir)
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and spec.cpu_threads:
+        # NOTE: on a shared CPU, multi-threaded OpenMP regions stall for scheduler quanta
+        # (single calls of 100+ ms); one thread gives stable medians.
+        torch.set_num_threads(spec.cpu_threads)
+    try:
+        return _run(spec, device, Path(out_dir), progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(spec: KernelBenchSpec, device: torch.device, out_dir: Path, progress: bool) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     timer = Timer(device, spec)
     gen = torch.Generator(device=device).manual_seed(spec.seed)
@@ -408,7 +282,7 @@ def run_kernel_benchmark(spec: Mapping, out_dir: Path, *, progress: bool = True)
                 if head.has_model_dims:
                     run_linear, weight_bytes = _linear_call(head, batch, dtype, device, gen)
                     linear_ms = _try(linear_errors, "linear", lambda: timer(run_linear))
-                    linear_roofline_ms = weight_bytes / (copy_bw * 1e9 / 2) * 1e3  # weights read once
+                    linear_roofline_ms = weight_bytes / (copy_bw * 1e9) * 1e3  # weights read once
                     del run_linear
                 for context in spec.context_lens:
                     if out_of_time():
@@ -440,7 +314,7 @@ def run_kernel_benchmark(spec: Mapping, out_dir: Path, *, progress: bool = True)
             "end_to_end": ("step = num_layers x (paged attention + linear), linear = measured time of one layer's "
                            "QKV, O and MLP matmuls at this batch; norms, RoPE, activations and LM head left out, "
                            "so indirection_share is an upper bound; linear_roofline_ms = weight bytes / "
-                           "(copy bandwidth / 2)"),
+                           "copy bandwidth"),
         },
         "spec": _plain(asdict(spec)),
         "rows": rows,
@@ -566,137 +440,7 @@ def _triton_version() -> str:
     return triton.__version__
 
 
-# ---- summaries, targets, files ------------------------------------------------------------------
-
-
-def summarize(rows: list[dict]) -> dict:
-    """Per head config: paged/contiguous ratio range and the largest end-to-end share."""
-    out = {}
-    for name in sorted({r["head_config"] for r in rows}):
-        mine = [r for r in rows if r["head_config"] == name]
-        ratios = [r["paged_over_contiguous"] for r in mine if r["paged_over_contiguous"] is not None]
-        shares = [r["indirection_share"] for r in mine if r["indirection_share"] is not None]
-        fracs = [r["paged_frac_copy_bw"] for r in mine if r["paged_frac_copy_bw"] is not None]
-        out[name] = {
-            "points": len(mine),
-            "paged_over_contiguous": _stats(ratios),
-            "indirection_share": _stats(shares),
-            "paged_frac_copy_bw_max": max(fracs) if fracs else None,
-            "errors": sum(1 for r in mine if r["errors"]),
-        }
-    return out
-
-
-def _stats(values: list[float]) -> dict | None:
-    if not values:
-        return None
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
-def check_targets(rows: list[dict]) -> dict:
-    """The issue's H200 targets, evaluated on what was measured (None = not measured)."""
-    def sel(**kw):
-        return [r for r in rows if all(r[k] == v for k, v in kw.items())]
-
-    big = [r for r in sel(dtype="float16", block_size=16)
-           if r["batch"] >= 32 and r["context_len"] >= 4096 and r["paged_frac_copy_bw"] is not None]
-    bs16 = [r for r in sel(block_size=16) if r["paged_over_contiguous"] is not None]
-    spread = []
-    for r in rows:
-        if 8 <= r["block_size"] <= 128 and r["paged_ms"] is not None:
-            ref = [x for x in sel(head_config=r["head_config"], dtype=r["dtype"], batch=r["batch"],
-                                  context_len=r["context_len"], block_size=16) if x["paged_ms"]]
-            if ref:
-                spread.append(r["paged_ms"] / ref[0]["paged_ms"])
-    flex = [r["paged_over_flex"] for r in rows if r["paged_over_flex"] is not None]
-
-    def verdict(values, ok):
-        return {"measured": _stats(values), "met": None if not values else all(ok(v) for v in values)}
-
-    return {
-        "paged_frac_copy_bw>=0.90 (fp16, block 16, batch>=32, context>=4096)":
-            verdict([r["paged_frac_copy_bw"] for r in big], lambda v: v >= 0.90),
-        "paged/contiguous<=1.03 (block 16)": verdict([r["paged_over_contiguous"] for r in bs16], lambda v: v <= 1.03),
-        "paged time within 5% of block 16 (blocks 8..128)": verdict(spread, lambda v: abs(v - 1) <= 0.05),
-        "paged/flex<=1.0": verdict(flex, lambda v: v <= 1.0),
-    }
-
-
-CSV_FIELDS = [
-    "head_config", "num_heads", "num_kv_heads", "head_dim", "dtype", "batch", "context_len", "block_size",
-    "num_splits", "tile_size", "paged_ms", "contiguous_ms", "reference_ms", "sdpa_ms", "flex_ms", "kv_bytes",
-    "io_bytes", "bytes", "paged_GBps", "contiguous_GBps", "paged_frac_copy_bw", "contiguous_frac_copy_bw",
-    "paged_over_contiguous", "paged_over_flex", "paged_over_sdpa", "num_layers", "linear_ms",
-    "linear_roofline_ms", "step_ms", "indirection_ms_per_step", "indirection_share",
-    "paged_vs_sdpa_max_abs", "contiguous_vs_sdpa_max_abs", "flex_vs_sdpa_max_abs", "errors",
-]
-
-
-def write_results(results: dict, out_dir: Path) -> None:
-    out_dir = Path(out_dir)
-    (out_dir / "kernel_results.json").write_text(json.dumps(results, indent=2, allow_nan=False, default=str))
-    with open(out_dir / "kernel_results.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        for row in results["rows"]:
-            writer.writerow({k: row.get(k) for k in CSV_FIELDS})
-    (out_dir / "kernel_results.md").write_text(markdown_table(results))
-
-
-def _fmt(value, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}" if not math.isnan(value) else "nan"
-    return str(value)
-
-
-def markdown_table(results: dict) -> str:
-    """A human-readable table of the sweep, headed by date, device and method."""
-    dev = results["device"]
-    lines = [
-        f"# Kernel benchmark ({results['timings']} timings)",
-        "",
-        *([f"**Truncated**: the time budget ran out; {len(results['rows'])} points measured.", ""]
-          if results.get("truncated") else []),
-        f"- date: {results['date']}",
-        f"- device: {dev.get('name')} ({dev.get('type')})",
-        f"- torch {results['versions']['torch']}, triton {results['versions']['triton']}",
-        f"- copy bandwidth: {results['copy_bandwidth_GBps']:.1f} GB/s",
-        f"- timing: {results['method']['timing']}; paged: {results['method']['paged_impl']}",
-        "",
-        "| heads | dtype | batch | context | block | splits | paged ms | contig ms | paged/contig | "
-        "paged GB/s | frac copy bw | ref ms | sdpa ms | flex ms | e2e share |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results["rows"]:
-        lines.append("| " + " | ".join([
-            r["head_config"], r["dtype"], str(r["batch"]), str(r["context_len"]), str(r["block_size"]),
-            _fmt(r["num_splits"]), _fmt(r["paged_ms"]), _fmt(r["contiguous_ms"]), _fmt(r["paged_over_contiguous"], 4),
-            _fmt(r["paged_GBps"], 4), _fmt(r["paged_frac_copy_bw"]), _fmt(r["reference_ms"]), _fmt(r["sdpa_ms"]),
-            _fmt(r["flex_ms"]), _fmt(r["indirection_share"], 2),
-        ]) + " |")
-    if results.get("targets"):
-        lines += ["", "## Targets (measured, not asserted)", ""]
-        for name, verdict in results["targets"].items():
-            lines.append(f"- {name}: met={verdict['met']}, measured={verdict['measured']}")
-    errors = [r for r in results["rows"] if r["errors"]]
-    if errors:
-        lines += ["", "## Errors", ""]
-        lines += [f"- {r['head_config']} {r['dtype']} b{r['batch']} L{r['context_len']} bs{r['block_size']}: "
-                  f"{r['errors']}" for r in errors]
-    return "\n".join(lines) + "\n"
-
-
 # ---- CLI ----------------------------------------------------------------------------------------
-
-
-def load_spec(path: Path) -> dict:
-    """The ``kernel_bench`` node of a YAML file (a Hydra experiment file or a bare spec)."""
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    return cfg.get("kernel_bench", cfg)
 
 
 def main(argv: list[str] | None = None) -> int:

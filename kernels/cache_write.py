@@ -274,5 +274,14 @@ def swap_blocks(
             _check_block_tensor("dst_cache", dst_cache)
             _launch_copy(src_cache, dst_cache, host_pairs.to(src_cache.device), block_numel)
         return
-    staged = gather_blocks(src_cache, host_pairs[:, 0], backend=backend)
-    scatter_blocks(dst_cache, host_pairs[:, 1], staged.to(dst_cache.device), backend=backend)
+    # Across devices the host side is plain torch indexing (whatever ``backend`` says); the
+    # device side is one gather or scatter kernel and the transfer is one contiguous copy.
+    if src_cache.device.type == "cpu":
+        staged = src_cache[host_pairs[:, 0]]
+        scatter_blocks(dst_cache, host_pairs[:, 1], staged, backend=backend)
+    elif dst_cache.device.type == "cpu":
+        staged = gather_blocks(src_cache, host_pairs[:, 0], backend=backend)
+        dst_cache[host_pairs[:, 1]] = staged.to("cpu")
+    else:  # two accelerators
+        staged = gather_blocks(src_cache, host_pairs[:, 0], backend=backend)
+        scatter_blocks(dst_cache, host_pairs[:, 1], staged, backend=backend)

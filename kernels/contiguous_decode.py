@@ -10,14 +10,16 @@ Layout::
 This is the same Triton kernel as ``kernels.paged_decode`` (``_decode_kernel`` with the
 constexpr ``PAGED=False``): same tiles, same softmax, same split-K heuristic and launch
 configuration. The only difference is the row address of token ``j`` -- ``start + j``
-instead of ``table[j // block_size] * block_size + j % block_size`` -- so a timing
-difference between the two is the cost of the block table and of scattered blocks.
+instead of ``table[j // block_size] * block_size + j % block_size`` (with the block ids
+read a tile ahead) -- so a timing difference between the two is the cost of the block
+table and of scattered blocks.
 
 The split heuristic needs a bound on the context: pass ``max_context_len=`` (the
 benchmark passes the same value to both kernels); without it the wrapper reads
 ``context_lens.max()``, which synchronises with the device.
 
-CPU tensors run the torch reference unless ``TRITON_INTERPRET=1`` or ``backend="triton"``.
+CPU tensors run the torch reference unless the Triton interpreter is active (see
+``kernels._runtime``).
 """
 
 from __future__ import annotations

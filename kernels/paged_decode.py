@@ -8,7 +8,7 @@ Layout::
     context_lens [num_seqs]              tokens in the cache per sequence (query token included)
 
 The kernel (``_decode_kernel``) is shared with ``kernels.contiguous_decode``: a constexpr
-``PAGED`` picks the only line that differs, how token ``j`` of a sequence becomes a cache
+``PAGED`` picks the only lines that differ, how token ``j`` of a sequence becomes a cache
 row (``table[j // block_size] * block_size + j % block_size`` vs ``start + j``). Everything
 else -- tiling, softmax, split-K, launch configuration -- is literally the same code, which
 is what makes the pair a controlled experiment for the cost of the indirection.
@@ -21,7 +21,10 @@ Algorithm, per program = (sequence, KV head [, chunk of its query heads], split)
   32 at head_dim 256) are split in chunks that each re-read K/V.
 * Keys are walked in tiles of ``TILE_N`` tokens (64; 32 at head_dim > 128). The block
   table is gathered per token, so a tile spans ``TILE_N / block_size`` small blocks (one
-  wide load for small pages) or a slice of one large block.
+  wide load for small pages) or a slice of one large block. The block ids of the next
+  tile are loaded one iteration ahead: with them loaded in the same iteration, Triton's
+  pipeliner treats K/V as indirect loads and keeps one K/V tile in flight instead of two
+  (sm_90: 39 KB vs 70 KB shared memory; ``kernels.compile_check`` shows it).
 * Online softmax in fp32 with exp2 (scale folded with log2 e); ``p`` is cast to the V
   dtype for the second ``tl.dot`` (fp32 inputs use IEEE fp32 dots, not TF32).
 * Head dims that are not powers of two are padded to the next one and masked.
@@ -37,8 +40,9 @@ tokens and at most 64. The context bound is ``max_blocks * block_size`` (known o
 host without a device sync) unless ``max_context_len=`` is given. ``num_splits=`` forces
 a value (tests, benchmarks).
 
-CPU tensors run the torch reference unless ``TRITON_INTERPRET=1`` or ``backend="triton"``
-(see ``kernels._runtime``); the engine's CPU executor relies on this.
+CPU tensors run the torch reference unless the Triton interpreter is active
+(``TRITON_INTERPRET=1`` before triton is imported; see ``kernels._runtime``); the engine's
+CPU executor relies on this.
 """
 
 from __future__ import annotations

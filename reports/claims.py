@@ -43,6 +43,7 @@ class Row:
     expected: str
     verdict: str
     how: str
+    conditions: str = ""
 
 
 class NotMeasured(Exception):
@@ -282,18 +283,19 @@ def evaluate_claims(run: RunData, path: Path = CLAIMS_FILE) -> list[Row]:
     rows = []
     for claim in load_claims(path)["claims"]:
         text = " ".join(str(claim["claim"]).split())
+        conditions = " ".join(str(claim.get("conditions") or "").split())
         for check in claim["checks"]:
             unit = check.get("unit", "")
             try:
                 measured = MEASURES[check["measure"]](run, **(check.get("params") or {}))
             except NotMeasured as why:
                 rows.append(Row(claim["id"], text, str(claim["article_value"]), "–", None, unit,
-                                "–", NOT_MEASURED, str(why)))
+                                "–", NOT_MEASURED, str(why), conditions))
                 continue
             for m in measured:
                 expected, verdict = _judge(check["expect"], m)
                 value = m.value if np.isfinite(m.value) else None
                 rows.append(Row(claim["id"], text, str(claim["article_value"]), m.subject, value,
                                 unit, expected, verdict if value is not None else NOT_MEASURED,
-                                m.how))
+                                m.how, conditions))
     return rows

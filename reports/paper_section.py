@@ -6,7 +6,8 @@ the measured figure drawn like the paper's (published values beside the measured
 ones where the paper prints them), a table of published vs measured values with the
 difference, and a sentence for each material difference.
 
-    python -m reports.paper_section <study run dir> [...]      # re-render
+    python -m reports.paper_section <study run dir> [...]              # re-render
+    python -m reports.paper_section --markdown <study run dirs>        # docs/paper.md table
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import yaml
 
 from harness.results import atomic_write_text
 from reports import figures as F
-from reports.html import Raw, esc, figure, fmt, page, table
+from reports.html import esc, figure, fmt, page, table
 
 PAPER_VALUES = Path(__file__).with_name("paper_values.yaml")
 PAPER_LABELS = {"orca_max": "Orca (Max)", "orca_pow2": "Orca (Pow2)",
@@ -217,7 +218,7 @@ def fig13_figure(study: dict, spec: dict):
         ax.set_title(f"{'ShareGPT' if panel == 'sharegpt' else 'Alpaca'}-like, {rates[panel]:g} req/s")
     _legend_sources(fig, "measured, saturated (supplement)" if has_sat else None)
     fig.suptitle("Fig. 13: average number of batched requests", x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     return fig
 
 
@@ -250,7 +251,7 @@ def _rate_figure(study: dict, title: str, panel_titles: dict[str, str]):
         ax.set_title(panel_titles.get(panel, panel))
         ax.legend(fontsize=7, frameon=False)
     fig.suptitle(title + " (dotted: sustained rate)", x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    fig.tight_layout()
     return fig
 
 
@@ -290,7 +291,7 @@ def fig15_figure(study: dict, spec: dict):
         ax.set_title("(a) Parallel sampling" if panel == "parallel" else "(b) Beam search")
     _legend_sources(fig)
     fig.suptitle("Fig. 15: memory saved by sharing (1 - physical / logical blocks)", x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     return fig
 
 
@@ -324,7 +325,7 @@ def fig18b_figure(study: dict, spec: dict):
                 ax.set_ylim(max(0.0, lo - 0.15 * (hi - lo + 1e-9) - 0.002), hi + 0.1 * (hi - lo) + 0.002)
     fig.suptitle("Fig. 18b: normalized latency vs block size (dark: the paper's best sizes)",
                  x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.tight_layout()
     return fig
 
 
@@ -449,12 +450,37 @@ def render_study_report(run_dir: Path) -> Path:
     return out
 
 
+def markdown_summary(studies: list[dict], values: dict | None = None) -> str:
+    """One Markdown table of published vs measured values over several studies (docs/paper.md)."""
+    values = values or load_paper_values()
+    lines = ["| figure | system | quantity | published | measured | difference |",
+             "|---|---|---|---|---|---|"]
+    for study in studies:
+        spec = (values.get("experiments") or {}).get(study["study"], {})
+        for r in comparison_rows(study, spec):
+            diff = r["diff"]
+            if isinstance(diff, float):
+                diff = "inside range" if r["how"] == "range" and not diff else f"{diff:+.2f}"
+            mark = " *" if r["material"] else ""
+            lines.append(f"| {spec.get('figure', study['study'])} | "
+                         f"{PAPER_LABELS.get(r['system'], r['system'])} | {r['quantity']} | "
+                         f"{_show(r['published'])} | {_show(r['measured'])} | {diff}{mark} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print("usage: python -m reports.paper_section <study run dir> [...]", file=sys.stderr)
+    markdown = "--markdown" in args
+    dirs = [a for a in args if a != "--markdown"]
+    if not dirs:
+        print("usage: python -m reports.paper_section [--markdown] <study run dir> [...]",
+              file=sys.stderr)
         return 2
-    for arg in args:
+    if markdown:  # the measured-vs-published table of docs/paper.md, from finished studies
+        studies = [json.loads((Path(d) / "study.json").read_text(encoding="utf-8")) for d in dirs]
+        print(markdown_summary(studies), end="")
+        return 0
+    for arg in dirs:
         print(render_study_report(Path(arg)))
     return 0
 

@@ -349,7 +349,9 @@ def _claims_section(run: RunData) -> list[str]:
         cells = ""
         if i == 0 or rows[i - 1].claim_id != row.claim_id:
             span = sum(1 for r in rows if r.claim_id == row.claim_id)
-            cells += (f"<td class='text' rowspan='{span}'>{esc(row.claim)}</td>"
+            note = (f"<br><small class='absent'>{esc(row.conditions)}</small>"
+                    if row.conditions else "")
+            cells += (f"<td class='text' rowspan='{span}'>{esc(row.claim)}{note}</td>"
                       f"<td class='text' rowspan='{span}'>{esc(row.article_value)}</td>")
         cells += (f"<td class='text'>{esc(row.subject)}</td><td>{fmt(row.measured)}</td>"
                   f"<td class='text'>{esc(row.expected)}</td><td class='text'>{esc(row.unit)}</td>"

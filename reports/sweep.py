@@ -258,9 +258,10 @@ def sweep_figure(frame: pd.DataFrame, x_key: str, others: list[str], metrics: li
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
+    # NOTE: no figure title (the section heading names the parameter): it would collide
+    # with the legend row above the panels.
     fig.legend(list(handles.values()), list(handles), loc="outside upper center", fontsize=8,
                frameon=False, ncol=min(len(handles), 5))
-    fig.suptitle(f"Headline metrics vs {x_key}")
     return fig
 
 

@@ -111,6 +111,42 @@ class PagedMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.resident())
     @rule(data=st.data())
+    def append_decode(self, data):
+        """One token each for several sequences in one call: the same as ``append`` one by
+        one, stopping at the first that does not fit."""
+        open_ids = [s for s in self.resident() if self.seqs[s]["final"] > len(self.seqs[s]["tokens"])]
+        if not open_ids:
+            return
+        sids = data.draw(st.lists(st.sampled_from(open_ids), min_size=1, unique=True))
+        toks = [self.next_tokens(self.seqs[sid], 1, data) for sid in sids]
+        before = {sid: (self.m.block_table(sid), len(self.seqs[sid]["tokens"])) for sid in sids}
+        copies = []
+        done = self.m.append_decode(sids, (t[0] for t in toks), copies)
+        assert 0 <= done <= len(sids)
+        expected_copies = []
+        for i, sid in enumerate(sids):
+            table, n = before[sid]
+            if i < done:
+                if n % self.BS and self.m.pool.ref_cnt[table[-1]] >= 1 and \
+                        self.m.block_table(sid)[-1] != table[-1]:
+                    expected_copies.append((table[-1], self.m.block_table(sid)[-1]))
+                seq = self.seqs[sid]
+                seq["tokens"] = seq["tokens"] + toks[i]
+            elif i == done:  # out of memory: nothing changed for it
+                assert self.m.block_table(sid) == table and self.m.num_tokens(sid) == n
+                shared = n % self.BS and self.m.pool.ref_cnt[table[-1]] > 1
+                need = -(-(n + 1) // self.BS) - len(table) + bool(shared)
+                assert need > self.m.num_free_blocks
+            else:
+                assert self.m.num_tokens(sid) == n
+        assert copies == expected_copies
+        for src, dst in copies:
+            self.content[dst] = list(self.content[src])
+        for i, sid in enumerate(sids[:done]):
+            self.write(sid, before[sid][1], toks[i])
+
+    @precondition(lambda self: self.resident())
+    @rule(data=st.data())
     def fork(self, data):
         parent = data.draw(st.sampled_from(self.resident()))
         p = self.seqs[parent]

@@ -158,7 +158,7 @@ def test_incomplete_missing_and_unknown_jobs_fail(tmp_path, baseline):
 def test_update_round_trip_rewrites_the_baseline(tmp_path, baseline):
     before = json.loads(baseline.read_text())
     assert before["pagebench_baseline"] == gate.BASELINE_FORMAT
-    job = "docqa/n50/llama-2-13b/a100-80gb/bs16/seed0"
+    job = "docqa/n50/llama-2-13b/a100-80gb/bs16/seed0/sim"
     assert before["jobs"][job]["metrics"]["paged.preemptions"] == 3
     changed = make_results()
     changed["systems"]["paged"]["preemptions"] = 7
@@ -263,3 +263,35 @@ def test_committed_smoke_baseline_is_readable_and_covers_the_smoke_sweep():
         assert job["executor"] == "sim"
         assert all(gate.rule_for(m, gate.RULES) for m in job["metrics"])
     assert "baselines/smoke.json" in script
+
+
+def kernel_results(ratio: float = 1.02, frac: float = 0.5, truncated: bool = False) -> dict:
+    row = {"head_config": "llama-2-13b", "dtype": "float16", "batch": 8, "context_len": 1024,
+           "block_size": 16, "paged_over_contiguous": ratio, "paged_frac_copy_bw": frac}
+    return {"schema": gate.KERNEL_SCHEMA, "timings": "cpu", "truncated": truncated,
+            "device": {"name": "cpu"}, "rows": [row, {**row, "block_size": 32}]}
+
+
+def test_kernel_results_are_gated_on_within_run_ratios_with_a_noise_band(tmp_path):
+    base = tmp_path / "kernels.json"
+    run = write(tmp_path / "k" / "kernel_results.json", kernel_results())
+    assert gate.main([str(tmp_path / "k"), "--baseline", str(base), "--update"]) == 0
+    point = "kernel.llama-2-13b/float16/b8/ctx1024/bs16"
+    assert json.loads(base.read_text())["jobs"]["kernels/cpu"]["metrics"][
+        f"{point}.paged_over_contiguous"] == 1.02
+
+    def gate_kernels(data: dict):
+        write(run, data)
+        out = tmp_path / "out"
+        code = gate.main([str(run), "--baseline", str(base), "--out", str(out)])
+        return code, verdicts(json.loads((out / "gate.json").read_text()))
+
+    assert gate_kernels(kernel_results(ratio=1.02 * 1.05))[0] == 0  # inside the 10% band
+    code, v = gate_kernels(kernel_results(ratio=1.02 * 1.2))
+    assert code == 1 and v[f"{point}.paged_over_contiguous"] == "REGRESSION"
+    code, v = gate_kernels(kernel_results(frac=0.4))
+    assert code == 1 and v[f"{point}.paged_frac_copy_bw"] == "REGRESSION"
+    code, v = gate_kernels(kernel_results(truncated=True))
+    assert code == 1 and v["run.complete"] == "INCOMPLETE"
+    write(run, {**kernel_results(), "schema": "pagebench.kernel_bench/0"})
+    assert gate.main([str(run), "--baseline", str(base)]) == 2

@@ -22,6 +22,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from kernels import _runtime as rt  # noqa: E402
 from kernels.contiguous_decode import contiguous_decode_attention  # noqa: E402
@@ -264,6 +266,24 @@ def test_paged_and_contiguous_compute_identically(request, block_size, num_split
                                          **case.kwargs())
     assert not torch.isnan(paged).any()
     assert torch.equal(paged, contig)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    block_size=st.sampled_from(BLOCK_SIZES), head_dim=st.sampled_from(HEAD_DIMS),
+    dtype=st.sampled_from(DTYPES), group=st.sampled_from([1, 2, 3, 4, 8]), kv_heads=st.sampled_from([1, 2]),
+    lens=st.lists(st.integers(0, 200), min_size=1, max_size=4),
+    sliding_window=st.none() | st.integers(1, 120), alibi=st.booleans(),
+    num_splits=st.integers(1, 5), seed=st.integers(0, 2**31 - 1),
+)
+def test_random_configurations_match_reference(block_size, head_dim, dtype, group, kv_heads, lens,
+                                               sliding_window, alibi, num_splits, seed):
+    case = make_case(seed, lens, num_heads=group * kv_heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                     block_size=block_size, dtype=dtype, sliding_window=sliding_window, alibi=alibi)
+    out = case.poisoned_out()
+    paged_decode_attention(case.q, case.k_paged, case.v_paged, case.block_tables, case.context_lens,
+                           num_splits=num_splits, out=out, **case.kwargs())
+    assert_matches(out, case.reference(), dtype, seed)
 
 
 def test_zero_context_gives_zeros_and_default_scale_is_inverse_sqrt(request):

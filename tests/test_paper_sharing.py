@@ -19,9 +19,11 @@ def fig15(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory):
-    rates = "[8,16,32,64,128,256,512]"
+    # 6-second windows: threshold lowered in step (see test_paper_latency.fig12)
+    rates = "[8,16,32,64,128,256]"
     return run_short_study("shared_prefix", tmp_path_factory.mktemp("prefix"), [
-        "study.scale=0.25", f"study.rates.one_shot={rates}", f"study.rates.five_shot={rates}"])
+        "study.scale=0.1", f"study.rates.one_shot={rates}", f"study.rates.five_shot={rates}",
+        "study.threshold_s_per_token=0.05", "study.points_after_saturation=0"])
 
 
 def test_fig15_measures_block_savings_for_every_width(fig15):

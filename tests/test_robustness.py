@@ -82,7 +82,8 @@ def test_bad_input_fails_with_a_clear_message_and_no_traceback(bad_input_runs, c
 # -------------------------------------------------------------- determinism
 def test_same_config_and_seed_give_byte_identical_results(tmp_path):
     """Two processes with different hash salts, with prefix caching and preemption."""
-    args = [*SMALL, "engine.kv_capacity_slots=3072", "block_size=8", "systems=[paged,pow2]"]
+    args = ["workload=docqa", "workload.num_requests=64", "workload.arrival.rate=8",
+            "engine.kv_capacity_slots=4096", "block_size=8", "systems=[paged,pow2]", "progress=false"]
     procs = [subprocess.Popen(harness_cmd(*args, f"hydra.run.dir={tmp_path / str(i)}"), cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env(PYTHONHASHSEED=str(salt)))

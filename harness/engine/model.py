@@ -33,6 +33,7 @@ from harness.config import ModelSpec
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 ROPE_THETA = 10_000.0
 NORM_EPS = 1e-5
+EXACT_QUERY_BLOCK = 256  # query rows per block of the float64 prefill attention
 
 # attention(layer, q [T, num_heads, head_dim], k [T, num_kv_heads, head_dim], v) -> [T, num_heads, head_dim]
 AttentionFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -193,6 +194,35 @@ class LlamaModel:
         return self.logits(self.forward(token_ids.to(self.device), positions, attend))
 
 
+def exact_attention(
+    q: torch.Tensor,  # [rows, num_heads, head_dim]: queries at positions q_start .. q_start + rows - 1
+    k: torch.Tensor,  # [length, num_kv_heads, head_dim]: keys at positions 0 .. length - 1
+    v: torch.Tensor,  # [length, num_kv_heads, head_dim]
+    q_start: int,
+    scale: float,
+) -> torch.Tensor:  # [rows, num_heads, head_dim], dtype of q
+    """Causal attention accumulated in float64, rounded to q's dtype (the batch-invariant path).
+
+    Prefill chunks and decode tokens both come here, so a token's attention is the same
+    function of its query and its sequence's keys whichever path computed it.
+    """
+    rows, num_heads, head_dim = q.shape
+    length, num_kv_heads = k.shape[0], k.shape[1]
+    group = num_heads // num_kv_heads
+    kd = k.to(torch.float64).permute(1, 2, 0)  # [kv_heads, head_dim, length]
+    vd = v.to(torch.float64).permute(1, 0, 2)  # [kv_heads, length, head_dim]
+    qd = (q.to(torch.float64).view(rows, num_kv_heads, group, head_dim)
+          .permute(1, 2, 0, 3).reshape(num_kv_heads, group * rows, head_dim))  # [kv_heads, group*rows, head_dim]
+    scores = torch.bmm(qd, kd) * scale  # [kv_heads, group * rows, length]
+    if q_start + rows < length or rows > 1:
+        positions = (q_start + torch.arange(rows, device=q.device)).repeat(group)  # [group * rows]
+        keys = torch.arange(length, device=q.device)
+        scores.masked_fill_(keys[None, None, :] > positions[None, :, None], float("-inf"))
+    out = torch.bmm(torch.softmax(scores, dim=-1), vd)  # [kv_heads, group * rows, head_dim]
+    return (out.view(num_kv_heads, group, rows, head_dim).permute(2, 0, 1, 3)
+            .reshape(rows, num_heads, head_dim).to(q.dtype))
+
+
 def dense_causal_attention(
     q: torch.Tensor,  # [n, num_heads, head_dim]: the queries at positions q_start .. q_start + n - 1
     k: torch.Tensor,  # [q_start + n, num_kv_heads, head_dim]: keys at positions 0 .. q_start + n - 1
@@ -207,19 +237,20 @@ def dense_causal_attention(
     length = k.shape[0]
     if length != q_start + n:
         raise ValueError(f"keys cover {length} positions but queries end at {q_start + n}")
-    group = num_heads // k.shape[1]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    if batch_invariant:
+        out = torch.empty_like(q)
+        # query blocks bound the score tensor and skip keys past the block; rows are
+        # independent, so blocking changes no row's result
+        for r0 in range(0, n, EXACT_QUERY_BLOCK):
+            r1 = min(n, r0 + EXACT_QUERY_BLOCK)
+            end = q_start + r1
+            out[r0:r1] = exact_attention(q[r0:r1], k[:end], v[:end], q_start + r0, scale)
+        return out
+    group = num_heads // k.shape[1]
     if group > 1:
         k = k.repeat_interleave(group, dim=1)  # [length, num_heads, head_dim]
         v = v.repeat_interleave(group, dim=1)
-    if batch_invariant:
-        qd, kd, vd = (t.to(torch.float64) for t in (q, k, v))
-        scores = torch.einsum("qhd,khd->hqk", qd, kd) * scale  # [heads, n, length]
-        visible = (torch.arange(length, device=q.device)[None, :]
-                   <= (q_start + torch.arange(n, device=q.device))[:, None])  # [n, length]
-        scores = scores.masked_fill(~visible, float("-inf"))
-        out = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), vd)
-        return out.to(q.dtype)
     qt, kt, vt = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
     if q_start == 0:
         out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=scale)
@@ -228,3 +259,22 @@ def dense_causal_attention(
                    <= (q_start + torch.arange(n, device=q.device))[:, None])
         out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=visible, scale=scale)
     return out[0].transpose(0, 1)  # [n, heads, head_dim]
+
+
+def exact_decode_attention(
+    q: torch.Tensor,  # [num_seqs, num_heads, head_dim]: each sequence's query at position len - 1
+    k_slots: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]: one layer's cache, flat
+    v_slots: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
+    slot_index: torch.Tensor,  # [num_seqs, >= max len] long: slot of each position
+    context_lens: list[int],
+    scale: float,
+) -> torch.Tensor:  # [num_seqs, num_heads, head_dim], dtype of q
+    """Decode attention on the batch-invariant path: each sequence's keys read through its
+    slot index (block table or start offset), then ``exact_attention``. Only positions
+    below each length are read, so never-written slots are never touched."""
+    out = torch.empty_like(q)
+    for i, length in enumerate(context_lens):
+        index = slot_index[i, :length]
+        out[i:i + 1] = exact_attention(q[i:i + 1], k_slots.index_select(0, index),
+                                       v_slots.index_select(0, index), length - 1, scale)
+    return out

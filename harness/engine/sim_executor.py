@@ -27,6 +27,11 @@ class RooflineCostModel:
     Bytes: the weights once per step, each scheduled sequence's KV read once,
     the new tokens' KV written, and block copies (read + write).
     Swaps move KV over the host link at ``swap_bandwidth_gbps``.
+
+    Calibrated hardware (``hardware.fitted``, written by ``python -m harness.calibrate``):
+    for the model it was measured on, the step time is the fitted linear model of
+    ``FittedCostSpec`` (plus copies at the effective bandwidth and swaps as above); for
+    other models the roofline uses the fit's derived efficiencies instead of ``cost``'s.
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec,
@@ -35,17 +40,33 @@ class RooflineCostModel:
         self.attention_flops_per_pair = 4.0 * model.layers * model.num_heads * model.head_dim
         self.weight_bytes = float(model.weight_bytes)
         self.bytes_per_slot = float(model.bytes_per_slot)
-        self.peak_flops = hardware.peak_fp16_tflops * 1e12 * cost.compute_efficiency
-        self.bandwidth = hardware.hbm_bandwidth_gbps * 1e9 * cost.bandwidth_efficiency
+        fitted = hardware.fitted
+        compute_eff, bandwidth_eff = cost.compute_efficiency, cost.bandwidth_efficiency
+        if fitted is not None:
+            compute_eff = fitted.compute_efficiency or compute_eff
+            bandwidth_eff = fitted.bandwidth_efficiency or bandwidth_eff
+        self.fit = fitted if fitted is not None and fitted.applies_to(model) else None
+        self.peak_flops = hardware.peak_fp16_tflops * 1e12 * compute_eff
+        self.bandwidth = hardware.hbm_bandwidth_gbps * 1e9 * bandwidth_eff
         self.overhead = cost.step_overhead_s
         self.swap_bandwidth = swap_bandwidth_gbps * 1e9
 
     def step_cost(self, num_tokens: int, attention_pairs: float, kv_read_slots: int,
-                  copied_slots: int = 0, swapped_slots: int = 0) -> StepCost:
+                  copied_slots: int = 0, swapped_slots: int = 0, num_seqs: int = 0,
+                  num_prefill_chunks: int = 0) -> StepCost:
         flops = self.flops_per_token * num_tokens + self.attention_flops_per_pair * attention_pairs
         moved = (self.weight_bytes + self.bytes_per_slot * (kv_read_slots + num_tokens)
                  + 2.0 * self.bytes_per_slot * copied_slots)
-        seconds = self.overhead + max(flops / self.peak_flops, moved / self.bandwidth)
+        fit = self.fit
+        if fit is not None:
+            # NOTE: same operation order as decode_seconds, so bulk and single steps agree
+            seconds = (fit.step_overhead_s + fit.per_token_s * num_tokens
+                       + fit.per_attention_pair_s * attention_pairs
+                       + fit.per_kv_read_slot_s * kv_read_slots + fit.per_seq_s * num_seqs
+                       + fit.per_prefill_chunk_s * num_prefill_chunks)
+            seconds += 2.0 * self.bytes_per_slot * copied_slots / self.bandwidth
+        else:
+            seconds = self.overhead + max(flops / self.peak_flops, moved / self.bandwidth)
         seconds += self.bytes_per_slot * swapped_slots / self.swap_bandwidth
         return StepCost(seconds, flops, moved)
 
@@ -59,6 +80,11 @@ class RooflineCostModel:
         pairs = kv_read + num_seqs
         flops = self.flops_per_token * num_seqs + self.attention_flops_per_pair * pairs
         moved = self.weight_bytes + self.bytes_per_slot * (kv_read + num_seqs)
+        fit = self.fit
+        if fit is not None:
+            return (fit.step_overhead_s + fit.per_token_s * num_seqs
+                    + fit.per_attention_pair_s * pairs + fit.per_kv_read_slot_s * kv_read
+                    + fit.per_seq_s * num_seqs + fit.per_prefill_chunk_s * 0)
         return self.overhead + np.maximum(flops / self.peak_flops, moved / self.bandwidth)
 
 
@@ -74,15 +100,18 @@ class SimExecutor:
     def execute(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
         attention_pairs = 0.0
         kv_read = 0
+        num_seqs = prefill_chunks = 0
         for chunk in plan.chunks:
             n, start = chunk.num_tokens, chunk.start
             # token i (0-based in the chunk) attends to start + i + 1 positions
             attention_pairs += n * start + n * (n + 1) / 2
             kv_read += start
+            num_seqs += 1 + len(chunk.members)
+            prefill_chunks += n > 1
         copied = len(plan.copies) * self.copy_unit_slots
         swapped = (len(plan.swap_in) + len(plan.swap_out)) * self.copy_unit_slots
         cost = self.cost_model.step_cost(plan.num_batched_tokens, attention_pairs, kv_read,
-                                         copied, swapped)
+                                         copied, swapped, num_seqs, prefill_chunks)
         return cost.seconds, None
 
     def decode_durations(self, sum_positions: int, num_seqs: int, span: int) -> np.ndarray:

@@ -43,13 +43,11 @@ import torch
 
 from harness.config import EngineSpec, ModelSpec, SystemSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
-from harness.engine.model import LlamaModel, dense_causal_attention
+from harness.engine.model import LlamaModel, dense_causal_attention, exact_decode_attention
 from harness.engine.scheduler import StepPlan
 from kernels.cache_write import copy_blocks, swap_blocks, write_kv_cache
 from kernels.contiguous_decode import contiguous_decode_attention
 from kernels.paged_decode import paged_decode_attention
-from kernels.reference import (contiguous_decode_attention_reference,
-                               paged_decode_attention_reference)
 
 _MODEL_CACHE: dict[tuple, LlamaModel] = {}
 
@@ -121,6 +119,7 @@ class _StepInputs:
     decode_index: torch.Tensor | None  # paged: block tables [n, width]; contiguous: starts [n]
     decode_lens: torch.Tensor | None  # [n] int32
     max_decode_len: int
+    decode_lens_host: list[int]
     context_slots: torch.Tensor | None  # [sum of prefill ends] long
     prefills: list[_Prefill]
     sample_rows: torch.Tensor | None  # [S] long
@@ -135,6 +134,8 @@ class TorchExecutor:
     def __init__(self, model_spec: ModelSpec, system: SystemSpec, manager, engine: EngineSpec, *,
                  max_model_len: int, seed: int = 0, model: LlamaModel | None = None) -> None:
         self.device = resolve_device(engine.device)
+        if self.device.type == "cpu" and engine.cpu_threads is not None:
+            torch.set_num_threads(engine.cpu_threads)  # NOTE: process-wide
         self.batch_invariant = resolve_batch_invariant(engine, self.device)
         backend = engine.kernel_backend
         self.backend = "torch" if backend == "auto" and self.device.type == "cpu" else backend
@@ -348,7 +349,7 @@ class TorchExecutor:
             write_slots=dev["write_slots"],
             write_rows=dev["write_rows"].long() if extra_rows else None,
             num_decode=len(decode), decode_index=decode_index, decode_lens=dev.get("decode_lens"),
-            max_decode_len=max(dec_lens, default=0),
+            max_decode_len=max(dec_lens, default=0), decode_lens_host=dec_lens,
             context_slots=dev["context"].long() if context else None, prefills=prefills,
             sample_rows=dev["sample_rows"].long() if sample_rows else None, sample_seqs=sample_seqs,
         )
@@ -371,6 +372,7 @@ class TorchExecutor:
     def _attention(self, inputs: _StepInputs):
         model, backend, exact = self.model, self.backend, self.batch_invariant
         n_dec = inputs.num_decode
+        decode_slots = self._decode_slot_index(inputs) if exact and n_dec else None
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             # q [T, num_heads, head_dim]; k, v [T, num_kv_heads, head_dim]
@@ -384,11 +386,9 @@ class TorchExecutor:
             if n_dec:
                 q_dec = q[:n_dec]
                 if exact:  # float64 accumulation: the same rounding as the prefill path
-                    reference = (paged_decode_attention_reference if self.paged
-                                 else contiguous_decode_attention_reference)
-                    out[:n_dec] = reference(q_dec, k_cache, v_cache, inputs.decode_index,
-                                            inputs.decode_lens, compute_dtype=torch.float64,
-                                            out_dtype=q.dtype)
+                    flat_k, flat_v = self.kv_flat[layer]
+                    out[:n_dec] = exact_decode_attention(q_dec, flat_k, flat_v, decode_slots,
+                                                         inputs.decode_lens_host, model.scale)
                 elif self.paged:
                     paged_decode_attention(q_dec, k_cache, v_cache, inputs.decode_index,
                                            inputs.decode_lens, max_context_len=inputs.max_decode_len,
@@ -408,6 +408,19 @@ class TorchExecutor:
             return out
 
         return attend
+
+    def _decode_slot_index(self, inputs: _StepInputs) -> torch.Tensor:
+        """[num_decode, max_len] long: the slot of every context position, read through the
+        block tables (paged) or the start offsets (contiguous); positions past a sequence's
+        length point at a valid slot and are masked."""
+        positions = torch.arange(inputs.max_decode_len, device=self.device)  # [max_len]
+        if self.paged:
+            tables = inputs.decode_index.long()  # [n, width]
+            width = tables.shape[1]
+            blocks = tables[:, (positions // self.block_size).clamp_(max=width - 1)]  # [n, max_len]
+            return blocks * self.block_size + positions % self.block_size
+        slots = inputs.decode_index.long()[:, None] + positions[None, :]
+        return slots.clamp_(max=self.kv_flat[0][0].shape[0] - 1)
 
     def _sample(self, logits: torch.Tensor, sample_seqs: list[tuple]) -> dict[int, int]:
         """logits [S, vocab] float32 -> {seq_id: token}."""
@@ -556,6 +569,8 @@ def torch_kv_capacity_slots(model_spec: ModelSpec, hardware, engine: EngineSpec,
     if engine.kv_capacity_slots is not None:
         return engine.kv_capacity_slots
     device = resolve_device(engine.device)
+    if device.type == "cpu" and engine.cpu_threads is not None:
+        torch.set_num_threads(engine.cpu_threads)
     bytes_per_slot = model_spec.bytes_per_slot
     if device.type != "cuda":
         slots = kv_capacity_slots(model_spec, hardware, engine)

@@ -42,7 +42,7 @@ def _plain(cfg: Any) -> dict:
 def run_study(cfg: Any, out_dir: Path) -> dict:
     """Run the study named by ``cfg.study.name``; write study.json and report.html into ``out_dir``."""
     from harness.run import TOP_LEVEL_KEYS
-    from harness.studies.paper import STUDIES
+    from harness.studies.paper import STUDIES, check_study_keys
     from harness.studies.runner import default_workers, run_chains
 
     out_dir = Path(out_dir)
@@ -57,6 +57,7 @@ def run_study(cfg: Any, out_dir: Path) -> dict:
     name = study["name"]
     if name not in STUDIES:
         raise ConfigError(f"study.name: unknown study {name!r}; known: {', '.join(sorted(STUDIES))}")
+    check_study_keys(study)
     plain["run"] = "serve"
     plain["progress"] = False
     workers = study.get("workers") or default_workers()

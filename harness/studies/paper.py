@@ -13,9 +13,8 @@ nothing here depends on the published outcomes.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from harness.errors import ConfigError
 from harness.studies.runner import Chain, Job, with_overrides
@@ -397,8 +396,22 @@ STUDIES: dict[str, Callable[[dict, dict], Plan]] = {
     "vllm_fig18b": fig18b, "shared_prefix": shared_prefix,
 }
 
+# The keys each study reads from its ``study`` node (beyond COMMON_KEYS); others are typos.
+COMMON_KEYS = {"name", "figure", "workers", "scale", "min_requests", "systems", "workloads"}
+STUDY_KEYS: dict[str, set[str]] = {
+    "vllm_fig2": {"rate", "num_requests"},
+    "vllm_fig13": {"rates", "duration_s", "saturated"},
+    "vllm_fig12": {"rates", "duration_s", "threshold_s_per_token", "points_after_saturation"},
+    "vllm_fig15": {"widths", "rate", "num_requests"},
+    "vllm_fig18b": {"block_sizes", "rates", "duration_s", "near_best_fraction", "saturated"},
+    "shared_prefix": {"rates", "duration_s", "threshold_s_per_token", "points_after_saturation"},
+}
 
-def finite_or_none(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+
+def check_study_keys(study: dict) -> None:
+    """Reject keys the named study does not read, naming the ones it does."""
+    allowed = COMMON_KEYS | STUDY_KEYS.get(study.get("name"), set())
+    unknown = sorted(set(study) - allowed)
+    if unknown:
+        raise ConfigError(f"study.{unknown[0]}: unknown key for study {study.get('name')!r}; "
+                          f"valid keys: {', '.join(sorted(allowed))}")

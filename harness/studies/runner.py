@@ -11,7 +11,6 @@ parallel, one per core; rate chains stop a system's sweep soon after it saturate
 from __future__ import annotations
 
 import copy
-import math
 import os
 import sys
 import time
@@ -250,6 +249,3 @@ def _chain_weight(chain: Chain) -> float:
         weight += n * out * (2.0 if job.system.startswith("paged") else 1.0)
     return weight
 
-
-def finite(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None

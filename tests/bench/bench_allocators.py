@@ -47,7 +47,7 @@ def bench_prefix_lookup_hits(benchmark):
         return admission
 
     admission = benchmark(cycle)
-    assert admission.num_cached_tokens == 1024
+    assert admission.num_cached_tokens >= 1024  # + its own earlier rounds' full blocks
     benchmark.extra_info["ops_per_call"] = 200
 
 

@@ -1,0 +1,163 @@
+"""The sweep report, its Hydra callback, the ready-made experiments and the launcher presets."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+
+from harness.errors import InputError
+from reports.callbacks import SweepReportCallback
+from reports.html import fmt
+from reports.sweep import (FAILED, FINISHED, MISSING, collect_jobs, expected_jobs, parse_overrides,
+                           render_sweep_report)
+from test_report import parse, small_run
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ("block_size_sweep", "rate_sweep", "allocator_comparison")
+PRESETS = {"local_parallel": "hydra_joblib_launcher", "local_submitit": "hydra_submitit_launcher",
+           "slurm": "hydra_submitit_launcher", "ray_cluster": "hydra_ray_launcher"}
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory) -> Path:
+    return small_run(tmp_path_factory.mktemp("sweep_src") / "run", "systems=[paged,oracle]",
+                     "workload.num_requests=20")
+
+
+def fake_sweep(root: Path, one_run: Path) -> Path:
+    """A multirun dir: block_size=8,16,32,64 swept; 8 and 16 finished, 32 failed, 64 never ran."""
+    sweep = root / "sweep"
+    sweep.mkdir()
+    OmegaConf.save(OmegaConf.create({
+        "hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                              "params": {}},
+                  "overrides": {"task": ["workload=docqa", "block_size=8,16,32,64"]}},
+        "experiment": {"name": "t", "focus": ["waste_pct"]}}), sweep / "multirun.yaml")
+    for num, block in enumerate((8, 16, 32)):
+        job = sweep / str(num)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(
+            yaml.safe_dump(["workload=docqa", f"block_size={block}"]))
+        if block == 32:
+            (job / "job_failed.txt").write_text("Traceback ...\nConfigError: block_size: boom\n")
+            continue
+        data = json.loads((one_run / "results.json").read_text())
+        data["block_size"] = block
+        data["systems"]["paged"]["memory"]["token_states_pct"] = 40.0 + block / 100
+        (job / "results.json").write_text(json.dumps(data))
+    return sweep
+
+
+def test_overrides_and_expected_jobs(tmp_path, one_run):
+    assert parse_overrides(["block_size=16", "+x.y=a", "systems=[paged,max]", "hydra.job.chdir=1"]) \
+        == {"block_size": 16, "x.y": "a", "systems": "[paged,max]"}
+    sweep = fake_sweep(tmp_path, one_run)
+    assert expected_jobs(sweep) == [["workload=docqa", f"block_size={b}"] for b in (8, 16, 32, 64)]
+    jobs = {tuple(j.overrides)[-1]: j for j in collect_jobs(sweep)}
+    assert [jobs[f"block_size={b}"].status for b in (8, 16, 32, 64)] == \
+        [FINISHED, FINISHED, FAILED, MISSING]
+    assert jobs["block_size=32"].reason == "ConfigError: block_size: boom"
+
+
+def test_sweep_report_aggregates_what_finished_and_lists_what_did_not(tmp_path, one_run):
+    sweep = fake_sweep(tmp_path, one_run)
+    out = render_sweep_report(sweep)
+    assert out == sweep / "sweep_report.html"
+    report = parse(out)
+    unfinished = {row[2]: row for row in report.tables["unfinished-table"][1:]}
+    assert set(unfinished) == {FAILED, MISSING}
+    assert "boom" in unfinished[FAILED][3] and "block_size=64" in unfinished[MISSING][1]
+    rows = report.tables["sweep-table"]
+    header, body = rows[0], rows[1:]
+    assert header[:4] == ["job", "status", "block_size", "system"]
+    assert [(r[2], r[3]) for r in body] == [("8", "oracle"), ("8", "paged"), ("16", "oracle"),
+                                            ("16", "paged")]
+    token_col = header.index("token states (% of KV pool)")
+    assert body[3][token_col] == fmt(40.16, 3)
+    assert len(report.images) == 1  # one figure: every metric vs block_size
+    text = out.read_text()
+    # the experiment's focus metric is drawn first; the table is saved as CSV too
+    assert "Metrics vs block_size" in text
+    table = pd.read_csv(sweep / "sweep_results.csv")
+    assert len(table) == 4 and set(table["system"]) == {"paged", "oracle"}
+
+
+def test_callback_records_a_failed_job_and_renders_the_report(tmp_path, one_run):
+    sweep = fake_sweep(tmp_path, one_run)
+    (sweep / "2" / "job_failed.txt").unlink()
+    config = OmegaConf.create({"hydra": {"mode": "MULTIRUN", "sweep": {"dir": str(sweep)},
+                                         "runtime": {"output_dir": str(sweep / "2")},
+                                         "job": {"num": 2}}})
+    failed = JobReturn(status=JobStatus.FAILED, _return_value=ValueError("bad value"))
+    SweepReportCallback().on_job_end(config, failed)
+    assert "ValueError: bad value" in (sweep / "2" / "job_failed.txt").read_text()
+    assert "bad value" in (sweep / "sweep_report.html").read_text()
+    (sweep / "sweep_report.html").unlink()
+    SweepReportCallback().on_multirun_end(config)
+    assert (sweep / "sweep_report.html").exists()
+
+
+def test_python_m_reports_renders_a_sweep_and_its_jobs(tmp_path, one_run):
+    from reports.__main__ import main
+
+    sweep = fake_sweep(tmp_path, one_run)
+    shutil.copy(one_run / "steps_paged.csv", sweep / "0")
+    assert main([str(sweep), "--no-jobs"]) == 0
+    assert (sweep / "sweep_report.html").exists() and not (sweep / "0" / "report.html").exists()
+    with pytest.raises(InputError, match="no job directories"):
+        render_sweep_report(tmp_path / "sweep" / "2" / ".hydra")
+
+
+def compose(*overrides: str, hydra_cfg: bool = False):
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return hydra_compose("config", overrides=list(overrides),
+                                 return_hydra_config=hydra_cfg)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiments_compose_with_a_sweep_and_valid_systems(name):
+    from harness.config import select_systems
+
+    cfg = compose(f"experiment={name}", hydra_cfg=True)
+    assert cfg.experiment.name == name
+    params = dict(cfg.hydra.sweeper.params)
+    assert len(params) == 1 and len(str(next(iter(params.values()))).split(",")) >= 3
+    assert f"multirun/{name}/" in cfg.hydra.sweep.dir
+    systems = select_systems(cfg.systems, cfg.allocator, cfg.block_size)
+    assert {s.kind for s in systems} == {"paged", "contiguous"}
+    if name == "allocator_comparison":
+        cfg = compose(f"experiment={name}", "experiment.arena=first_fit")
+        arenas = {s.arena for s in select_systems(cfg.systems, cfg.allocator, 16)
+                  if s.kind == "contiguous"}
+        assert arenas == {"first_fit"}
+
+
+def test_the_callback_is_configured():
+    cfg = compose(hydra_cfg=True)
+    assert cfg.hydra.callbacks.sweep_report._target_ == "reports.callbacks.SweepReportCallback"
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_launcher_presets_compose(preset):
+    if importlib.util.find_spec(f"hydra_plugins.{PRESETS[preset]}") is None:
+        pytest.skip(f"{PRESETS[preset]} is not installed (pip install -e '.[sweeps]')")
+    cfg = compose(f"hydra/launcher={preset}", hydra_cfg=True)
+    target = cfg.hydra.launcher._target_
+    assert target.startswith(f"hydra_plugins.{PRESETS[preset]}.")
+    if preset == "ray_cluster":
+        assert cfg.hydra.launcher.ray.init.object_store_memory is None
