@@ -98,16 +98,22 @@ class BlockPool:
         keys, ref = self._keys, self.ref_cnt
         out = []
         b = nxt[head]
-        for _ in range(n):
-            out.append(b)
-            ref[b] = 1
-            key = keys[b]
-            if key is not None:
-                keys[b] = None
-                self.num_cached_free -= 1
-                if self._cached.get(key) == b:
-                    del self._cached[key]
-            b = nxt[b]
+        if self.num_cached_free == 0:  # NOTE: no free block holds a key: nothing to evict
+            for _ in range(n):
+                out.append(b)
+                ref[b] = 1
+                b = nxt[b]
+        else:
+            for _ in range(n):
+                out.append(b)
+                ref[b] = 1
+                key = keys[b]
+                if key is not None:
+                    keys[b] = None
+                    self.num_cached_free -= 1
+                    if self._cached.get(key) == b:
+                        del self._cached[key]
+                b = nxt[b]
         nxt[head] = b
         prv[b] = head
         return out
@@ -118,17 +124,29 @@ class BlockPool:
         NOTE: pass a request's blocks tail first (``reversed(table)``) so its tail is
         evicted first.
         """
-        ref, keys = self.ref_cnt, self._keys
+        ref, keys, nxt, prv, tail = self.ref_cnt, self._keys, self._next, self._prev, self._tail
+        freed = cached = 0
+        last = prv[tail]
         for b in blocks:
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
-                self._append(b)
-                self.num_free += 1
+                nxt[last] = b  # append b at the tail (the queue is relinked once below)
+                prv[b] = last
+                last = b
+                freed += 1
                 if keys[b] is not None:
-                    self.num_cached_free += 1
+                    cached += 1
             elif r < 0:  # pragma: no cover - internal invariant
+                ref[b] = 0
+                nxt[last], prv[tail] = tail, last
+                self.num_free += freed
+                self.num_cached_free += cached
                 raise RuntimeError(f"block {b} freed more often than allocated")
+        nxt[last] = tail
+        prv[tail] = last
+        self.num_free += freed
+        self.num_cached_free += cached
 
     def touch(self, b: int) -> None:
         """Take one more reference to block ``b`` (a prefix-cache hit or a fork).

@@ -21,7 +21,7 @@ slots. Swap-out moves the written slots into a first-fit CPU slot space of
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from allocators.accounting import ExtentLedger, make_breakdown
 from allocators.arena import ARENAS, FirstFitArena, make_arena
@@ -183,6 +183,29 @@ class ContiguousKVCacheManager:
         r.written += k
         self._ledger.written += k
         return []
+
+    def append_decode(self, seq_ids: Sequence[int], token_ids: Iterable[int],
+                      copies: list[tuple[int, int]]) -> int:
+        """One decode step: ``append(seq_id, [token])`` for each sequence, in order, in one
+        call. Never short of memory, so it returns ``len(seq_ids)``; no copies, and the
+        token ids are not read (a contiguous extent keys nothing on them)."""
+        seqs = self._seqs
+        done = 0
+        try:
+            for seq_id in seq_ids:
+                r = seqs.get(seq_id)
+                if r is None or r.cpu_start is not None:
+                    self._get_resident(seq_id, "append to")  # raises the right error
+                written = r.written
+                if written >= r.final_len:
+                    raise ValueError(f"seq {seq_id}: appending 1 token to {written} exceeds its "
+                                     f"final_len {r.final_len}; the sequence must end (free it) "
+                                     "instead")
+                r.written = written + 1
+                done += 1
+        finally:
+            self._ledger.written += done
+        return done
 
     def fork(self, parent_id: int, child_id: int, final_len: int) -> list[tuple[int, int]] | None:
         """Reserve an extent for ``child_id`` (policy applied to the parent's prompt length

@@ -91,6 +91,7 @@ class PagedKVCacheManager:
         self._ledger = PartialBlockLedger(block_size)
         self._logical = 0  # tokens written, summed over device-resident sequences
         self._key_bytes = 4 * block_size
+        self._hits_memo: tuple[bytes, tuple[int, ...], tuple[tuple, ...]] | None = None
 
     # ---------------------------------------------------------------- queries
     def _get(self, seq_id: int) -> _Seq:
@@ -138,18 +139,35 @@ class PagedKVCacheManager:
 
     def _prefix_hits(self, data: bytes, prompt_len: int) -> tuple[list[int], list[tuple]]:
         """Cached blocks (and their keys) of the longest run of full leading prompt blocks,
-        at most ``prompt_len - 1`` tokens. Changes nothing."""
+        at most ``prompt_len - 1`` tokens. Changes nothing.
+
+        NOTE: the last query is memoised: a request that waits (or is asked about by
+        ``cached_prefix_tokens`` and then admitted) asks again with the same tokens, and
+        the leading hits whose block still holds the very key object it was found under
+        are still hits (``register`` keeps one block per key), so only the rest of the
+        chain is hashed and looked up again.
+        """
+        pool = self.pool
+        block_keys, lookup, w = pool._keys, pool.lookup, self._key_bytes
         hits: list[int] = []
         keys: list[tuple] = []
-        lookup, w, parent = self.pool.lookup, self._key_bytes, 0
-        for i in range((prompt_len - 1) // self.block_size):
-            key = (parent, data[i * w:(i + 1) * w])
-            b = lookup(key)
+        memo = self._hits_memo
+        if memo is not None and memo[0] == data:
+            for b, key in zip(memo[1], memo[2]):
+                if block_keys[b] is not key:
+                    break
+                hits.append(b)
+                keys.append(key)
+        parent = hash(keys[-1]) if keys else 0
+        for i in range(len(hits), (prompt_len - 1) // self.block_size):
+            b = lookup((parent, data[i * w:(i + 1) * w]))
             if b is None:
                 break
+            key = block_keys[b]  # the registered key object (equal to the one looked up)
             hits.append(b)
             keys.append(key)
             parent = hash(key)
+        self._hits_memo = (data, tuple(hits), tuple(keys))
         return hits, keys
 
     def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
@@ -158,6 +176,38 @@ class PagedKVCacheManager:
             return 0
         data = _token_bytes(prompt_token_ids)
         return len(self._prefix_hits(data, len(prompt_token_ids))[0]) * self.block_size
+
+    def prefix_frontier_key(self, prompt_token_ids: Sequence[int]) -> tuple | None:
+        """The cache key of the first prompt block ``admit`` would not find in the cache now,
+        or None (no prefix caching, or every block it may reuse is found). The cache
+        serves more of this prompt only once a block is registered under that key.
+        Changes nothing."""
+        if not self.enable_prefix_caching:
+            return None
+        data = _token_bytes(prompt_token_ids)
+        prompt_len = len(prompt_token_ids)
+        hits, keys = self._prefix_hits(data, prompt_len)
+        i = len(hits)
+        if i >= (prompt_len - 1) // self.block_size:
+            return None
+        w = self._key_bytes
+        return (hash(keys[-1]) if keys else 0, data[i * w:(i + 1) * w])
+
+    def filled_block_keys(self, seq_id: int, token_ids: Sequence[int]) -> list[tuple]:
+        """The cache keys of the blocks that appending ``token_ids`` to ``seq_id`` would
+        fill, in order ([] without prefix caching). Changes nothing."""
+        s = self._get_resident(seq_id, "look ahead of")
+        if not self.enable_prefix_caching:
+            return []
+        data = s.tail.tobytes() + _token_bytes(token_ids)
+        w = self._key_bytes
+        parent = hash(s.keys[-1]) if s.keys else 0
+        out = []
+        for j in range(len(data) // w):
+            key = (parent, data[j * w:(j + 1) * w])
+            out.append(key)
+            parent = hash(key)
+        return out
 
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         return -(-final_len // self.block_size) <= self.num_blocks
@@ -212,7 +262,7 @@ class PagedKVCacheManager:
         n = max(num_tokens, num_cached)
         need = -(-n // bs) - len(hits)
         ref = pool.ref_cnt
-        reclaimed = sum(1 for b in hits if ref[b] == 0)  # cached free blocks taken off the queue
+        reclaimed = [ref[b] for b in hits].count(0)  # cached free blocks taken off the queue
         if need > pool.num_free - reclaimed:
             return None
         # Commit. NOTE: touch the hits before allocating so they are not popped for reuse.

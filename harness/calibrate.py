@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             grid["context_lens"] = tuple(int(v) for v in args.context_lens.split(","))
         if args.output_len:
             grid["output_len"] = args.output_len
-        name = args.name or f"{hardware.name}-{model.name}-fit"
+        name = args.name or (Path(args.out).stem if args.out else f"{hardware.name}-{model.name}-fit")
         result = calibrate(model, hardware, engine, holdout_every=args.holdout_every,
                            block_size=args.block_size, seed=args.seed,
                            log=lambda m: print(m, file=sys.stderr), **grid)

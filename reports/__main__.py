@@ -3,6 +3,7 @@
     python -m reports outputs/2026-11-30/12-00-00        # a run: report.html
     python -m reports multirun/2026-11-30/12-00-00       # a sweep: sweep_report.html
                                                          # (and each job's report.html)
+    python -m reports outputs/.../vllm_fig2              # a paper study (study.json)
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for path in args.dirs:
         try:
+            if (path / "study.json").exists():
+                from reports.paper_section import render_study_report
+
+                print(render_study_report(path))
+                continue
             if is_run_dir(path):
                 print(render_run_report(path))
                 continue

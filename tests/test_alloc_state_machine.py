@@ -341,6 +341,23 @@ class ContiguousMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.resident())
     @rule(data=st.data())
+    def append_decode(self, data):
+        """One token each for several sequences in one call; never short, no copies."""
+        open_ids = [s for s in self.resident() if self.seqs[s]["final"] > len(self.seqs[s]["tokens"])]
+        if not open_ids:
+            return
+        sids = data.draw(st.lists(st.sampled_from(open_ids), min_size=1, unique=True))
+        toks = data.draw(st.lists(ALPHABET, min_size=len(sids), max_size=len(sids)))
+        copies = []
+        assert self.m.append_decode(sids, toks, copies) == len(sids) and copies == []
+        for sid, tok in zip(sids, toks):
+            seq = self.seqs[sid]
+            n = len(seq["tokens"])
+            seq["tokens"] = seq["tokens"] + [tok]
+            self.write(sid, n, [tok])
+
+    @precondition(lambda self: self.resident())
+    @rule(data=st.data())
     def fork(self, data):
         parent = data.draw(st.sampled_from(self.resident()))
         p = self.seqs[parent]

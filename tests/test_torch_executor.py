@@ -33,7 +33,6 @@ def test_resident_block_tables_equal_rebuilt_tables_as_tables_evolve():
     host, resident = HostBlockTables(), ResidentBlockTables(num_rows=12, max_blocks=40, device=device)
     live: dict[int, list[int]] = {}
     next_id = 0
-    uploaded = []
     for step in range(300):
         op = rng.integers(0, 10)
         if op == 0 or not live:  # a new sequence
@@ -56,8 +55,7 @@ def test_resident_block_tables_equal_rebuilt_tables_as_tables_evolve():
         got = _tables_on_device(resident, batch, tables, device)
         for row, table in enumerate(tables):
             assert got[row, :len(table)].tolist() == table == expected[row, :len(table)].tolist()
-        uploaded.append(resident.prepare.__self__ is resident)
-    assert resident.num_rows == 12
+    assert len(resident._row_of) <= resident.num_rows  # rows were reclaimed, never overflowed
 
 
 def test_resident_tables_upload_only_changed_rows():
@@ -148,8 +146,8 @@ def test_triton_kernels_drive_the_engine_under_the_interpreter():
 def test_cli_runs_the_torch_engine_end_to_end(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "harness", "engine=torch", "model=tiny", "hardware=cpu",
-           "workload=docqa", "workload.num_requests=4", "systems=[paged,max,oracle]",
-           "progress=false", f"hydra.run.dir={out}"]
+           "workload=docqa", "workload.num_requests=3", "systems=[paged,max,oracle]",
+           "engine.kv_capacity_slots=65536", "progress=false", f"hydra.run.dir={out}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "executor=torch" in proc.stderr

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from harness.workloads.presets import load_preset
 from harness.workloads import build_workload
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "workload"
@@ -21,7 +22,7 @@ SHAREGPT_LENGTHS = TRACES / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_lla
 
 
 def load(name: str, path, max_model_len: int = 1 << 17, seed: int = 0, **overrides):
-    node = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
+    node = load_preset(name)
     node["path"] = str(path)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(node.get(key), dict):

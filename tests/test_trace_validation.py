@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from harness.workloads.presets import load_preset
 from harness.errors import ConfigError, InputError
 from harness.workloads import build_workload
 
@@ -24,7 +25,7 @@ GOOD = ["2023-11-16 18:15:46.6805900,374,44", "2023-11-16 18:15:50.9951690,396,1
 
 @functools.lru_cache(maxsize=None)
 def preset(name: str) -> dict:
-    return OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
+    return load_preset(name)
 
 
 def load(name: str, path: Path, max_model_len: int = 1 << 16, **overrides):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from harness.workloads.presets import load_preset
 from harness.workloads import KINDS, build_workload
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "workload"
@@ -17,7 +18,7 @@ SYNTHETIC = ["docqa", "sharegpt_like", "alpaca_like", "fixed", "chat", "shared_p
 
 
 def preset(name: str, **overrides) -> dict:
-    node = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
+    node = load_preset(name)
     for key, value in overrides.items():
         node[key] = value
     return node
@@ -63,9 +64,9 @@ def test_requests_are_sorted_numbered_readonly_and_summarised(name):
 
 def test_every_preset_names_a_registered_kind_and_itself():
     for path in CONF.glob("*.yaml"):
-        node = OmegaConf.load(path)
-        assert node.name == path.stem
-        assert node.kind in KINDS
+        node = load_preset(path)
+        assert node["name"] == path.stem
+        assert node["kind"] in KINDS
 
 
 def test_docqa_shares_the_system_prompt_and_reuses_documents():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -135,4 +135,4 @@ def dense_greedy(model, prompt: np.ndarray, output_len: int) -> list[int]:
 
 __all__ = ["CPU", "MAX_MODEL_LEN", "TINY", "RecordingScheduler", "TorchRun", "beam_workload",
            "contiguous", "dense_greedy", "engine", "mixed_workload", "one_torch_thread", "paged",
-           "replace", "run_torch"]
+           "run_torch"]

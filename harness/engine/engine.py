@@ -53,7 +53,10 @@ def rejection_reason(request: Request, scheduler: Scheduler, spec: EngineSpec,
         return "longer_than_max_model_len"
     if not manager.fits_empty_pool(request.prompt_len, request.kv_len):
         return "larger_than_pool"
-    if width * request.kv_len > manager.capacity_slots:
+    per_sequence = request.kv_len
+    if hasattr(manager, "reservation"):  # contiguous: each sequence of a group reserves its own extent
+        per_sequence = manager.arena.taken_size(manager.reservation(request.prompt_len, request.kv_len))
+    if width * per_sequence > manager.capacity_slots:
         return "group_larger_than_pool"
     if width * 1 > spec.max_num_seqs:
         return "more_sequences_than_max_num_seqs"
@@ -111,10 +114,13 @@ def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Ex
             if next_arrival < num_requests and not scheduler.running:
                 now = max(now, requests[next_arrival].arrival_time)
                 continue
+            cause = ("the waiting request does not fit the free KV memory" if plan.memory_blocked
+                     else "the waiting request exceeds the token or sequence budget")
             raise EngineStalled(
                 f"no step can run at t={now:.3f}s with {len(scheduler.waiting)} waiting, "
-                f"{len(scheduler.running)} running and {len(scheduler.swapped)} swapped requests; "
-                "raise engine.max_num_batched_tokens or engine.max_num_seqs, or enable "
+                f"{len(scheduler.running)} running and {len(scheduler.swapped)} swapped requests: "
+                f"{cause}. Raise engine.kv_capacity_slots (or use larger hardware), "
+                "engine.max_num_batched_tokens or engine.max_num_seqs, or enable "
                 "engine.chunked_prefill"
             )
         duration, sampled = executor.execute(plan)
@@ -131,10 +137,20 @@ def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Ex
                              plan.num_batched_tokens, plan.num_prefill_tokens,
                              len(scheduler.waiting), plan.num_preempted, memory)
         if bulk and plan_allows_fast_forward(plan, scheduler, bool(finished)):
-            arrival = requests[next_arrival].arrival_time if next_arrival < num_requests else None
-            advanced = fast_forward(scheduler, executor, recorder, plan, now, arrival)
-            if advanced is not None:
-                now = advanced
+            while True:  # steady decode spans; several in a row while requests finish
+                arrival = requests[next_arrival].arrival_time if next_arrival < num_requests else None
+                advanced = fast_forward(scheduler, executor, recorder, plan.memory_blocked, now,
+                                        arrival)
+                if advanced is None:
+                    break
+                now = advanced.now
+                for group in advanced.finished:
+                    recorder.record_request(_request_row(group.request, group, "finished"))
+                    token_digests[group.request.request_id] = _tokens_digest(group)
+                    groups.pop(group.request.request_id, None)
+                    finished_count += 1
+                if not advanced.may_continue:
+                    break
         if stop_requested is not None:
             reason = stop_requested()
             if reason:

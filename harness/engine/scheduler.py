@@ -80,6 +80,7 @@ class Scheduler:
         self._next_seq_id = 0
         self._pending_copies: list[tuple[int, int]] = []
         self._beam_rngs: dict[int, random.Random] = {}
+        self._memory_refused: SequenceGroup | None = None  # waiting head the last step refused for memory
         # counters for results
         self.num_preemptions = 0
         self.num_swaps = 0
@@ -113,12 +114,20 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         plan = StepPlan(copies=self._pending_copies)
         self._pending_copies = []
+        self._memory_refused = None
         self._budget = self.spec.max_num_batched_tokens
         self._scheduled: set[int] = set()
         static_admission_open = not self.running and not self.swapped
 
+        batch_decode = getattr(self.manager, "append_decode", None)
         index = 0
         while index < len(self.running):
+            if batch_decode is not None:
+                # A run of single-sequence groups decoding one token each, in one manager
+                # call: exactly what _extend_group does for each of them in turn.
+                index = self._decode_run(index, plan, batch_decode)
+                if index >= len(self.running):
+                    break
             group = self.running[index]
             if self._extend_group(group, plan):
                 index += 1
@@ -135,6 +144,39 @@ class Scheduler:
             if self.spec.scheduling == "continuous" or static_admission_open:
                 self._admit(plan)
         return plan
+
+    def _decode_run(self, index: int, plan: StepPlan, batch_decode) -> int:
+        """Schedule the decode of the single-sequence groups from ``running[index]`` on
+        that need exactly one token (as many as the token budget allows), with one
+        ``append_decode`` call. Returns the index of the first group not scheduled: the
+        next to go through ``_extend_group`` (it may be the one that ran out of memory).
+
+        NOTE: these groups are not added to ``_scheduled``: a single-sequence group is
+        never revisited in the same step (a preemption victim is always a later group).
+        """
+        running = self.running
+        stop = min(len(running), index + self._budget)
+        seqs: list[Sequence] = []
+        tokens: list[int] = []
+        for position in range(index, stop):
+            group_seqs = running[position].seqs
+            if len(group_seqs) != 1:
+                break
+            seq = group_seqs[0]
+            generated = seq.generated
+            if seq.num_computed != len(seq.prompt) + len(generated) - 1:
+                break
+            seqs.append(seq)
+            tokens.append(generated[-1] if generated else int(seq.prompt[-1]))
+        if not seqs:
+            return index
+        done = batch_decode([seq.seq_id for seq in seqs], tokens, plan.copies)
+        if done:
+            plan.chunks.extend([ScheduledChunk(seq, seq.num_computed, seq.num_computed + 1)
+                                for seq in seqs[:done]])
+            self._budget -= done
+            plan.num_batched_tokens += done
+        return index + done
 
     def _extend_group(self, group: SequenceGroup, plan: StepPlan) -> bool:
         """Schedule each sequence's next chunk; False when memory ran out."""
@@ -250,6 +292,7 @@ class Scheduler:
                     group.next_lineage = 0
                     self._next_seq_id -= 1
                 plan.memory_blocked = True
+                self._memory_refused = group
                 return
             members: list[Sequence] = []
             if width > 1:
@@ -261,6 +304,7 @@ class Scheduler:
                             manager.free(other.seq_id)
                         group.next_lineage = 0
                         plan.memory_blocked = True
+                        self._memory_refused = group
                         return
                     plan.copies.extend(copies)
                     members.append(child)
@@ -281,6 +325,35 @@ class Scheduler:
             else:  # the whole first chunk was cached: compute the next one if budget allows
                 self._extend_group(group, plan)
 
+    def admission_blocked_while_decoding(self, freed_memory: bool) -> bool:
+        """Would ``schedule()`` admit nothing at every step from now on, for as long as
+        the running sequences only decode one token each (no finish, arrival,
+        preemption or swap)? Used to fast-forward such steps.
+
+        True when nothing waits, when static scheduling keeps admission closed, when
+        ``max_num_seqs`` or the token budget left by the decoding sequences refuses the
+        waiting head (they stay as they are), or when the last ``schedule()`` refused
+        that head for memory and none was freed since (``freed_memory``: a request
+        finished after it): decoding only takes memory.
+        """
+        if not self.waiting:
+            return True
+        if self.spec.scheduling != "continuous":
+            return bool(self.running or self.swapped)
+        group = self.waiting[0]
+        width = group.width
+        budget = self.spec.max_num_batched_tokens - self.num_running_seqs
+        if self.num_running_seqs + width > self.spec.max_num_seqs or budget <= 0:
+            return True
+        if not (width == 1 and self.spec.chunked_prefill):
+            seq = group.seqs[0] if group.seqs else None
+            total = seq.num_tokens if seq is not None else group.request.prompt_len
+            if total > budget:
+                tokens = seq.token_ids(0, total) if seq is not None else group.request.prompt_token_ids
+                if total - self.manager.cached_prefix_tokens(tokens) > budget:
+                    return True
+        return not freed_memory and self._memory_refused is group
+
     # ------------------------------------------------------------- postprocess
     def postprocess(self, plan: StepPlan, now: float,
                     sampled: dict[int, int] | None = None) -> list[SequenceGroup]:
@@ -289,29 +362,57 @@ class Scheduler:
         ``sampled`` maps seq_id -> generated token (torch executor); None uses the
         sim's deterministic synthetic tokens. Returns the groups that finished.
         """
-        touched: dict[int, SequenceGroup] = {}
+        touched: dict[SequenceGroup, None] = {}  # insertion order = chunk order
         for chunk in plan.chunks:
-            for seq in (chunk.seq, *chunk.members):
-                seq.num_computed = chunk.end
-                if chunk.end == seq.num_tokens:
-                    token = sampled[seq.seq_id] if sampled is not None else seq.synthetic_next_token()
-                    seq.generated.append(token)
-                    touched[seq.group.request.request_id] = seq.group
+            end = chunk.end
+            seq = chunk.seq
+            for seq in (seq, *chunk.members) if chunk.members else (seq,):
+                seq.num_computed = end
+                generated = seq.generated
+                if end == len(seq.prompt) + len(generated):
+                    generated.append(sampled[seq.seq_id] if sampled is not None
+                                     else seq.synthetic_next_token())
+                    touched[seq.group] = None
         finished = []
-        for group in touched.values():
+        for group in touched:
             if group.first_token_time is None:
                 group.first_token_time = now
-            done = [seq for seq in group.seqs if seq.finished]
-            if done and len(done) == len(group.seqs):
-                for seq in done:
-                    self.manager.free(seq.seq_id)
-                self.running.remove(group)
-                self.num_running_seqs -= len(group.seqs)
-                group.finish_time = now
-                self._beam_rngs.pop(group.request.request_id, None)
+            seqs = group.seqs
+            output_len = group.request.output_len
+            if len(seqs) == 1:
+                if len(seqs[0].generated) < output_len:
+                    continue
+            elif not seqs:
+                continue
+            elif not all(len(seq.generated) >= output_len for seq in seqs):
+                if group.request.beam_width > 1:
+                    self._reselect_beams(group)
+                continue
+            for seq in seqs:
+                self.manager.free(seq.seq_id)
+            self.running.remove(group)
+            self.num_running_seqs -= len(seqs)
+            group.finish_time = now
+            self._beam_rngs.pop(group.request.request_id, None)
+            finished.append(group)
+        return finished
+
+    def finish_decoded(self, now: float) -> list[SequenceGroup]:
+        """Free the running groups whose every sequence has generated its output (after a
+        fast-forwarded decode step), in running order, as ``postprocess`` frees them."""
+        finished = []
+        for group in self.running:
+            seqs = group.seqs
+            output_len = group.request.output_len
+            if seqs and all(len(seq.generated) >= output_len for seq in seqs):
                 finished.append(group)
-            elif group.request.beam_width > 1 and len(group.seqs) > 1:
-                self._reselect_beams(group)
+        for group in finished:
+            for seq in group.seqs:
+                self.manager.free(seq.seq_id)
+            self.running.remove(group)
+            self.num_running_seqs -= len(group.seqs)
+            group.finish_time = now
+            self._beam_rngs.pop(group.request.request_id, None)
         return finished
 
     def _reselect_beams(self, group: SequenceGroup) -> None:

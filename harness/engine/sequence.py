@@ -63,6 +63,16 @@ class Sequence:
         mix = request.request_id * 1_000_003 + self.lineage * 7_919 + position
         return SYNTHETIC_TOKEN_BASE + mix % SYNTHETIC_TOKEN_BASE
 
+    def synthetic_tokens(self, first: int, count: int) -> list[int]:
+        """Generated tokens ``first .. first + count - 1``: ``synthetic_token_at`` of each."""
+        request = self.group.request
+        if self.lineage == 0 and request.output_token_ids is not None:
+            return request.output_token_ids[first:first + count].tolist()
+        start = (request.request_id * 1_000_003 + self.lineage * 7_919 + first) % SYNTHETIC_TOKEN_BASE
+        if start + count <= SYNTHETIC_TOKEN_BASE:  # no wrap-around: a plain range
+            return list(range(SYNTHETIC_TOKEN_BASE + start, SYNTHETIC_TOKEN_BASE + start + count))
+        return [self.synthetic_token_at(first + j) for j in range(count)]
+
 
 class SequenceGroup:
     """A request in flight: one sequence, or several for parallel sampling / beams."""

@@ -17,10 +17,14 @@ Each ``execute(plan)``, in order:
 2. host preparation: token ids, positions, slot mappings, decode block tables (or start
    offsets), prefill gather indices -- packed into ONE host-to-device copy;
 3. the forward pass: per layer, every new token's K/V is written through
-   ``write_kv_cache`` first, then decode tokens (1-token chunks) run the paged or
+   ``write_kv_cache`` first (so a prefix block registered this step by one sequence is
+   filled before another reads it), then decode tokens (1-token chunks) run the paged or
    contiguous decode kernel, and each prefill chunk gathers its sequence's K/V for
    positions ``[0, end)`` FROM THE CACHE (so prefix-cache hits read the cached KV, never a
-   recomputation) and runs causal attention;
+   recomputation) and runs causal attention. With ``batch_invariant`` (the CPU default)
+   decode tokens read their keys through the same block tables / start offsets but run
+   ``model.exact_attention`` (float64) instead of the kernel, like the prefill path: that
+   is what makes paged and contiguous runs agree token for token;
 4. sampling: logits only for chunks that complete their sequence's known tokens; sample
    0 of a request is greedy (argmax), further parallel samples are greedy too
    (``sampling=greedy``) or a Gumbel-max draw seeded by (seed, request, sample, position)
@@ -47,6 +51,7 @@ from harness.engine.model import LlamaModel, dense_causal_attention, exact_decod
 from harness.engine.scheduler import StepPlan
 from kernels.cache_write import copy_blocks, swap_blocks, write_kv_cache
 from kernels.contiguous_decode import contiguous_decode_attention
+from kernels import _runtime as rt
 from kernels.paged_decode import paged_decode_attention
 
 _MODEL_CACHE: dict[tuple, LlamaModel] = {}
@@ -139,6 +144,7 @@ class TorchExecutor:
         self.batch_invariant = resolve_batch_invariant(engine, self.device)
         backend = engine.kernel_backend
         self.backend = "torch" if backend == "auto" and self.device.type == "cpu" else backend
+        self.resolved_backend = rt.resolve_backend(self.backend, self.device)  # "triton" | "torch"
         self.model = model or get_model(model_spec, self.device, seed, self.batch_invariant)
         self.spec, self.system, self.manager, self.engine = model_spec, system, manager, engine
         self.seed = seed
@@ -197,10 +203,12 @@ class TorchExecutor:
         for layer in range(self.model.num_layers):
             for kv in (0, 1):
                 device_cache, host_cache = self.kv[layer, kv], self.cpu_kv[layer, kv]
+                # NOTE: "auto", not a forced "triton": the host half of a swap is torch
+                backend = "torch" if self.backend == "torch" else "auto"
                 if out:
-                    swap_blocks(device_cache, host_cache, pairs, backend=self.backend)
+                    swap_blocks(device_cache, host_cache, pairs, backend=backend)
                 else:
-                    swap_blocks(host_cache, device_cache, pairs, backend=self.backend)
+                    swap_blocks(host_cache, device_cache, pairs, backend=backend)
 
     def _copy(self, pairs: list[tuple[int, int]]) -> None:
         """Copies with sequential semantics, batched where no pair depends on another."""
@@ -452,9 +460,8 @@ class TorchExecutor:
             new = torch.zeros(1, kv_heads, head_dim, dtype=model.dtype, device=self.device)
             write_kv_cache(new, new, k_cache, v_cache, torch.zeros(1, dtype=torch.int32, device=self.device),
                            backend=self.backend)
-            if self.paged:
-                copy_blocks([k_cache], [(0, min(1, k_cache.shape[0] - 1))] if k_cache.shape[0] > 1 else [],
-                            backend=self.backend)
+            if k_cache.shape[0] > 1:  # blocks (paged) or slots (contiguous forks)
+                copy_blocks([k_cache], [(0, 1)], backend=self.backend)
             for num_seqs, length in ((1, 4096), (4, 512), (64, 1)):
                 q = torch.zeros(num_seqs, model.num_heads, head_dim, dtype=model.dtype, device=self.device)
                 lens = torch.full((num_seqs,), 1, dtype=torch.int32, device=self.device)
@@ -481,7 +488,7 @@ class TorchExecutor:
             "dtype": self.spec.dtype,
             "layers": self.model.num_layers,
             "batch_invariant": self.batch_invariant,
-            "kernel_backend": "torch reference" if self.backend == "torch" else self.backend,
+            "kernel_backend": "torch reference" if self.resolved_backend == "torch" else "triton",
             "block_tables_on_device": isinstance(self.tables, ResidentBlockTables),
             "weights_gib": round(self.model.weight_bytes / 2**30, 3),
             "kv_cache_gib": round(self.kv_cache_bytes / 2**30, 3) if self.kv is not None else None,
@@ -599,7 +606,7 @@ def torch_kv_capacity_slots(model_spec: ModelSpec, hardware, engine: EngineSpec,
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(device)
     non_torch = max(0, (total - free) - torch.cuda.memory_reserved(device))
-    margin = 256 * 2**20  # fragmentation, block tables, staging buffers
+    margin = 512 * 2**20  # prefill gathers, fragmentation, block tables, staging buffers
     kv_bytes = total * engine.gpu_memory_utilization - base - peak - non_torch - margin
     slots = int(kv_bytes // bytes_per_slot)
     print(f"torch capacity on {device_name(device)}: total {total / GIB:.1f} GiB x "

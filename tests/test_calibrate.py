@@ -1,0 +1,102 @@
+"""Calibration: the fit recovers known costs; a calibrated profile drives the simulator."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import yaml
+
+from harness.calibrate import COEFFICIENTS, Sample, fit_coefficients, main, predict
+from harness.config import CostSpec, FittedCostSpec, HardwareSpec, build_spec
+from harness.engine.sim_executor import RooflineCostModel
+from harness.errors import ConfigError
+from torch_helpers import CPU, TINY, one_torch_thread  # noqa: F401
+
+TRUE = np.array([2e-3, 3e-6, 4e-9, 5e-8, 1e-5, 2e-4])  # one value per COEFFICIENTS entry
+
+
+def _samples(rng, n):
+    out = []
+    for _ in range(n):
+        tokens = int(rng.integers(1, 4000))
+        seqs = int(rng.integers(1, min(tokens, 64) + 1))
+        sample = Sample((0, 0), tokens, float(rng.integers(1, 10**6)), int(rng.integers(0, 10**5)),
+                        seqs, int(rng.integers(0, 4)), 0.0)
+        seconds = float(np.dot(TRUE, sample.features()))
+        out.append(replace(sample, seconds=seconds))
+    return out
+
+
+def test_fit_recovers_known_coefficients():
+    samples = _samples(np.random.default_rng(0), 200)
+    coef = fit_coefficients(samples)
+    np.testing.assert_allclose(coef, TRUE, rtol=1e-6)
+    y = np.array([s.seconds for s in samples])
+    np.testing.assert_allclose(predict(coef, samples), y, rtol=1e-9)
+
+
+def test_fit_never_returns_negative_coefficients():
+    rng = np.random.default_rng(1)
+    samples = [replace(s, seconds=s.seconds * float(rng.uniform(0.7, 1.3))) for s in _samples(rng, 80)]
+    assert (fit_coefficients(samples) >= 0).all()
+
+
+def _fitted(**overrides) -> FittedCostSpec:
+    values = dict(zip(COEFFICIENTS, TRUE.tolist()))
+    values.update(overrides)
+    return FittedCostSpec(model=TINY.name, num_layers=TINY.layers, dtype=TINY.dtype,
+                          compute_efficiency=0.5, bandwidth_efficiency=0.7, **values)
+
+
+def test_cost_model_uses_the_fit_for_its_model_and_derived_efficiencies_otherwise():
+    hardware = replace(CPU, fitted=_fitted())
+    cost = RooflineCostModel(TINY, hardware, CostSpec())
+    step = cost.step_cost(100, 5000.0, 2000, num_seqs=10, num_prefill_chunks=1)
+    assert step.seconds == pytest.approx(float(np.dot(TRUE, [1, 100, 5000, 2000, 10, 1])))
+    # fast-forwarded decode steps use the same arithmetic as single steps
+    bulk = cost.decode_seconds(sum_positions=1000, num_seqs=4, span=3)
+    single = [cost.step_cost(4, 1000 + 4 * k + 4, 1000 + 4 * k, num_seqs=4).seconds for k in range(3)]
+    np.testing.assert_allclose(bulk, single, rtol=1e-12)
+    other = replace(TINY, num_layers_override=1)
+    roof = RooflineCostModel(other, hardware, CostSpec(compute_efficiency=0.9, bandwidth_efficiency=0.9))
+    assert roof.fit is None
+    assert roof.peak_flops == pytest.approx(CPU.peak_fp16_tflops * 1e12 * 0.5)
+    assert roof.bandwidth == pytest.approx(CPU.hbm_bandwidth_gbps * 1e9 * 0.7)
+
+
+def test_profile_yaml_round_trips_and_bad_coefficients_are_rejected():
+    node = {"name": "x", "memory_gib": 1.0, "hbm_bandwidth_gbps": 1.0, "peak_fp16_tflops": 1.0,
+            "fitted": {"model": "tiny", "num_layers": 2, "dtype": "float32", "step_overhead_s": 0.001,
+                       "per_token_s": 0.0, "per_attention_pair_s": 0.0, "per_kv_read_slot_s": 0.0,
+                       "per_seq_s": 0.0}}
+    spec = build_spec(HardwareSpec, node, "hardware")
+    assert spec.fitted.applies_to(TINY)
+    with pytest.raises(ConfigError, match="hardware.fitted.per_token_s"):
+        build_spec(HardwareSpec, {**node, "fitted": {**node["fitted"], "per_token_s": -1}}, "hardware")
+    with pytest.raises(ConfigError, match="unknown key"):
+        build_spec(HardwareSpec, {**node, "fitted": {**node["fitted"], "slope": 1}}, "hardware")
+
+
+@pytest.mark.slow
+def test_calibrate_cli_writes_a_usable_profile(tmp_path, capsys):
+    out, report = tmp_path / "cpu-fit.yaml", tmp_path / "fit.json"
+    rc = main(["--model", "tiny", "--hardware", "cpu", "--device", "cpu", "--batch-sizes", "1,3",
+               "--context-lens", "8,40", "--output-len", "3", "--holdout-every", "2",
+               "--out", str(out), "--json", str(report)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "CPU timings" in printed and "held-back" in printed
+    text = out.read_text()
+    assert "NOTE: CPU timings" in text
+    profile = build_spec(HardwareSpec, yaml.safe_load(text), "hardware")
+    assert profile.name == "cpu-fit" and profile.fitted.applies_to(TINY)
+    result = json.loads(report.read_text())
+    assert result["held_back_steps"] > 0 and result["train_steps"] > 0
+    assert result["held_back_error"]["count"] == result["held_back_steps"]
+    assert sum(p["held_back"] for p in result["points"]) == 2
+    # the simulator now predicts with the fitted coefficients
+    cost = RooflineCostModel(TINY, profile, CostSpec())
+    assert cost.fit is profile.fitted
