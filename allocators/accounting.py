@@ -62,7 +62,7 @@ class PartialBlockLedger:
     each partial block's list of owner targets.
     """
 
-    __slots__ = ("block_size", "targets", "fill_sum", "target_sum", "count")
+    __slots__ = ("block_size", "targets", "fill_sum", "target_sum", "count", "num_shared")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
@@ -70,6 +70,7 @@ class PartialBlockLedger:
         self.fill_sum = 0
         self.target_sum = 0
         self.count = 0
+        self.num_shared = 0  # partial blocks with more than one owner (after a fork)
 
     def add_owner(self, block: int, fill: int, target: int) -> None:
         """An owner whose last block ``block`` holds ``fill`` tokens, to be filled to ``target``."""
@@ -82,6 +83,8 @@ class PartialBlockLedger:
         else:
             old = max(owners)
             owners.append(target)
+            if len(owners) == 2:
+                self.num_shared += 1
             if target > old:
                 self.target_sum += target - old
 
@@ -96,6 +99,8 @@ class PartialBlockLedger:
         else:
             old = max(owners)
             owners.remove(target)
+            if len(owners) == 1:
+                self.num_shared -= 1
             self.target_sum += max(owners) - old
 
     def slots(self, allocated_slots: int) -> tuple[int, int, int]:

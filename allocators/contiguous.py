@@ -207,6 +207,25 @@ class ContiguousKVCacheManager:
             self._ledger.written += done
         return done
 
+    def append_batch(self, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
+                     copies: list[tuple[int, int]]) -> int:
+        """``append(seq_id, tokens)`` for each pair in order, in one call. Never short of
+        memory, so it returns ``len(seq_ids)``; no copies."""
+        seqs = self._seqs
+        done = written_sum = 0
+        try:
+            for seq_id, tokens in zip(seq_ids, token_lists):
+                r = seqs.get(seq_id)
+                k = len(tokens)
+                if r is None or r.cpu_start is not None or r.written + k > r.final_len:
+                    self.append(seq_id, tokens)  # raises the right error
+                r.written += k
+                written_sum += k
+                done += 1
+        finally:
+            self._ledger.written += written_sum
+        return done
+
     def fork(self, parent_id: int, child_id: int, final_len: int) -> list[tuple[int, int]] | None:
         """Reserve an extent for ``child_id`` (policy applied to the parent's prompt length
         and ``final_len``) and return the slot copies ``[(parent_slot, child_slot)]`` of the

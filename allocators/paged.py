@@ -137,6 +137,11 @@ class PagedKVCacheManager:
         s = self._get_resident(seq_id, "append to")
         return not (s.num_tokens % self.block_size and self.pool.ref_cnt[s.table[-1]] > 1)
 
+    @property
+    def has_shared_partial_blocks(self) -> bool:
+        """Whether any partially filled block is shared (only forks share one). O(1)."""
+        return self._ledger.num_shared > 0
+
     def _prefix_hits(self, data: bytes, prompt_len: int) -> tuple[list[int], list[tuple]]:
         """Cached blocks (and their keys) of the longest run of full leading prompt blocks,
         at most ``prompt_len - 1`` tokens. Changes nothing.
@@ -370,6 +375,40 @@ class PagedKVCacheManager:
                         s.tail.append(token)
                 else:
                     grown = self.append(seq_id, (token,))  # the general path
+                    if grown is None:
+                        break
+                    if grown:
+                        copies.extend(grown)
+                done += 1
+        finally:
+            self._ledger.fill_sum += in_block
+            self._logical += in_block
+        return done
+
+    def append_batch(self, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
+                     copies: list[tuple[int, int]]) -> int:
+        """``append(seq_id, tokens)`` for each pair in order, in one call; copy-on-write
+        copies go to ``copies``. Stops at the first sequence that does not fit (nothing
+        changed for it) and returns how many leading sequences got their tokens.
+        NOTE: the common case (the tokens stay inside the sole-owned partial last block)
+        is done inline; everything else goes through ``append``.
+        """
+        seqs = self._seqs
+        caching = self.enable_prefix_caching
+        in_block = 0  # tokens appended on the inline path
+        done = 0
+        try:
+            for seq_id, tokens in zip(seq_ids, token_lists):
+                s = seqs.get(seq_id)
+                k = len(tokens)
+                if s is not None and 0 < k <= s.room:
+                    s.room -= k
+                    s.num_tokens += k
+                    in_block += k
+                    if caching:
+                        s.tail.extend(_as_tokens(tokens))
+                else:
+                    grown = self.append(seq_id, tokens)
                     if grown is None:
                         break
                     if grown:

@@ -84,28 +84,31 @@ def measure(batch_size: int, context_len: int, block_size: int, steps: int, devi
             "bytes_per_step": int(np.mean(sent_bytes)), "rows_uploaded_per_step": float(np.mean(rows))}
 
 
-def roofline_decode_ms(model_name: str, hardware_name: str, batch_size: int, context_len: int) -> float:
-    """The sim's estimate of one decode step of ``batch_size`` sequences at ``context_len``."""
+def roofline_decode_ms(model_name: str, hardware_name: str, batch_size: int,
+                       context_len: int) -> tuple[float, bool]:
+    """The sim's estimate of one decode step of ``batch_size`` sequences at ``context_len``,
+    and whether that much KV fits the hardware profile's pool at all."""
     from harness.calibrate import load_spec
-    from harness.config import CostSpec, HardwareSpec, ModelSpec
+    from harness.config import CostSpec, EngineSpec, HardwareSpec, ModelSpec, kv_capacity_slots
     from harness.engine.sim_executor import RooflineCostModel
 
     model = load_spec(ModelSpec, "model", model_name, "model")
     hardware = load_spec(HardwareSpec, "hardware", hardware_name, "hardware")
     cost = RooflineCostModel(model, hardware, CostSpec())
     kv_read = batch_size * context_len
-    return 1e3 * cost.step_cost(batch_size, kv_read + batch_size, kv_read,
-                                num_seqs=batch_size).seconds
+    seconds = cost.step_cost(batch_size, kv_read + batch_size, kv_read, num_seqs=batch_size).seconds
+    return 1e3 * seconds, kv_read <= kv_capacity_slots(model, hardware, EngineSpec())
 
 
 def run(batch_sizes, context_len: int, block_size: int, steps: int, device: torch.device,
         model: str, hardware: str) -> dict:
     rows = []
     for b in batch_sizes:
-        step_ms = roofline_decode_ms(model, hardware, b, context_len)
+        step_ms, fits = roofline_decode_ms(model, hardware, b, context_len)
         for resident in (False, True):
             r = measure(b, context_len, block_size, steps, device, resident=resident)
             r["est_device_step_ms"] = round(step_ms, 4)
+            r["kv_fits_device"] = fits
             r["share_of_step_pct"] = round(100 * r["ms_per_step"] / step_ms, 2)
             rows.append(r)
     return {"device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
@@ -119,11 +122,13 @@ def markdown(result: dict) -> str:
              f"{result['block_size']}, device {result['device']}"
              + ("" if result["host_to_device_copy"] else "; NO GPU: host side only, no copy") + ")",
              "", "| batch | mode | ms/step | p90 | bytes sent | rows sent | est. step ms "
-             f"({result['model']} on {result['hardware']}) | share |", "|---|---|---|---|---|---|---|---|"]
+             f"({result['model']} on {result['hardware']}, roofline) | KV fits | share |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         lines.append(f"| {r['batch_size']} | {r['mode']} | {r['ms_per_step']} | {r['ms_p90']} | "
                      f"{r['bytes_per_step']} | {r['rows_uploaded_per_step']:.1f} | "
-                     f"{r['est_device_step_ms']} | {r['share_of_step_pct']}% |")
+                     f"{r['est_device_step_ms']} | {'yes' if r['kv_fits_device'] else 'no'} | "
+                     f"{r['share_of_step_pct']}% |")
     return "\n".join(lines)
 
 

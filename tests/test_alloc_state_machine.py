@@ -111,6 +111,41 @@ class PagedMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.resident())
     @rule(data=st.data())
+    def append_batch(self, data):
+        """Several tokens each for several sequences in one call: ``append`` one by one,
+        stopping at the first that does not fit."""
+        open_ids = [s for s in self.resident() if self.seqs[s]["final"] > len(self.seqs[s]["tokens"])]
+        if not open_ids:
+            return
+        sids = data.draw(st.lists(st.sampled_from(open_ids), min_size=1, unique=True))
+        toks = []
+        for sid in sids:
+            seq = self.seqs[sid]
+            k = data.draw(st.integers(1, min(seq["final"] - len(seq["tokens"]), 2 * self.BS)))
+            toks.append(self.next_tokens(seq, k, data))
+        before = {sid: (self.m.block_table(sid), len(self.seqs[sid]["tokens"])) for sid in sids}
+        copies = []
+        done = self.m.append_batch(sids, toks, copies)
+        assert 0 <= done <= len(sids)
+        expected_copies = []
+        for i, sid in enumerate(sids):
+            table, n = before[sid]
+            if i < done:
+                new_table = self.m.block_table(sid)
+                if n % self.BS and new_table[len(table) - 1] != table[-1]:
+                    expected_copies.append((table[-1], new_table[len(table) - 1]))
+                seq = self.seqs[sid]
+                seq["tokens"] = seq["tokens"] + toks[i]
+            else:
+                assert self.m.block_table(sid) == table and self.m.num_tokens(sid) == n
+        assert copies == expected_copies
+        for src, dst in copies:
+            self.content[dst] = list(self.content[src])
+        for i, sid in enumerate(sids[:done]):
+            self.write(sid, before[sid][1], toks[i])
+
+    @precondition(lambda self: self.resident())
+    @rule(data=st.data())
     def append_decode(self, data):
         """One token each for several sequences in one call: the same as ``append`` one by
         one, stopping at the first that does not fit."""
@@ -215,6 +250,9 @@ class PagedMachine(RuleBasedStateMachine):
         for b in range(self.NUM_BLOCKS):
             assert m.pool.ref_cnt[b] == owners.get(b, 0)
         assert len(owners) + m.num_free_blocks == self.NUM_BLOCKS
+        shared_partial = any(len(self.seqs[sid]["tokens"]) % bs and owners[m.block_table(sid)[-1]] > 1
+                             for sid in self.resident())
+        assert m.has_shared_partial_blocks == shared_partial
         assert len(self.cpu) + m.num_free_cpu_blocks == self.NUM_CPU
         for b in range(self.NUM_BLOCKS):  # a registered block holds exactly its key's tokens
             key = m.pool.key_of(b)
@@ -338,6 +376,25 @@ class ContiguousMachine(RuleBasedStateMachine):
         n = len(seq["tokens"])
         seq["tokens"] = seq["tokens"] + toks
         self.write(sid, n, toks)
+
+    @precondition(lambda self: self.resident())
+    @rule(data=st.data())
+    def append_batch(self, data):
+        """Several tokens each for several sequences in one call; never short, no copies."""
+        open_ids = [s for s in self.resident() if self.seqs[s]["final"] > len(self.seqs[s]["tokens"])]
+        if not open_ids:
+            return
+        sids = data.draw(st.lists(st.sampled_from(open_ids), min_size=1, unique=True))
+        toks = [data.draw(st.lists(ALPHABET, min_size=1,
+                                   max_size=self.seqs[sid]["final"] - len(self.seqs[sid]["tokens"])))
+                for sid in sids]
+        copies = []
+        assert self.m.append_batch(sids, toks, copies) == len(sids) and copies == []
+        for sid, tok in zip(sids, toks):
+            seq = self.seqs[sid]
+            n = len(seq["tokens"])
+            seq["tokens"] = seq["tokens"] + tok
+            self.write(sid, n, tok)
 
     @precondition(lambda self: self.resident())
     @rule(data=st.data())

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from engine_helpers import contiguous, engine_spec, make_requests, paged, run
+from harness.workloads.request import Request
 
 
 def _workload(seed: int, n: int = 60, gap: float = 0.02, prefix_len: int = 0):
@@ -27,6 +28,13 @@ CASES = {
     "max_first_fit": (contiguous("max", "first_fit"), {"kv_capacity_slots": 8192}),
     "static": (paged(16), {"scheduling": "static", "max_num_seqs": 8}),
     "swap": (paged(16), {"kv_capacity_slots": 1024, "preemption": "swap"}),
+    # admission refused by max_num_seqs / the token budget (spans may start after a prefill)
+    "max_num_seqs": (paged(16), {"max_num_seqs": 6}),
+    "token_budget": (contiguous("oracle"), {"max_num_batched_tokens": 320, "max_model_len": 320}),
+    "chunked_prefill": (paged(16, prefix_caching=True),
+                        {"chunked_prefill": True, "max_num_batched_tokens": 96}),
+    "chunked_tight": (paged(4), {"chunked_prefill": True, "max_num_batched_tokens": 64,
+                                 "kv_capacity_slots": 1024}),
 }
 
 
@@ -37,8 +45,15 @@ def test_fast_forward_matches_step_by_step(case, gap):
     requests = _workload(seed=len(case), gap=gap, prefix_len=48 if "prefix" in case else 0)
     base = dict(kv_capacity_slots=4096)
     base.update(overrides)
-    slow = run(requests, system, engine_spec(fast_forward=False, **base), max_model_len=1024)
-    fast = run(requests, system, engine_spec(fast_forward=True, **base), max_model_len=1024)
+    max_model_len = base.pop("max_model_len", 1024)
+    if max_model_len < 1024:
+        requests = tuple(r for r in requests if r.kv_len <= max_model_len)
+    _assert_same_run(requests, system, base, max_model_len)
+
+
+def _assert_same_run(requests, system, base: dict, max_model_len: int = 1024) -> None:
+    slow = run(requests, system, engine_spec(fast_forward=False, **base), max_model_len=max_model_len)
+    fast = run(requests, system, engine_spec(fast_forward=True, **base), max_model_len=max_model_len)
     slow_steps, fast_steps = slow.recorder.step_table(), fast.recorder.step_table()
     assert len(slow_steps) == len(fast_steps)
     ints = [c for c in slow_steps.columns if c not in ("time_s", "duration_s")]
@@ -48,3 +63,55 @@ def test_fast_forward_matches_step_by_step(case, gap):
     assert fast.output_digest == slow.output_digest
     pd.testing.assert_frame_equal(slow.recorder.request_table(), fast.recorder.request_table(),
                                   check_exact=False, rtol=1e-12)
+
+
+def _chat_requests(seed: int, sessions: int = 12, turns: int = 4, gap: float = 0.002):
+    """Open-loop chat: turn k+1's prompt repeats turn k's prompt and answer (its
+    ``output_token_ids``) and often arrives while turn k still decodes that answer."""
+    rng = np.random.default_rng(seed)
+    drafts = []
+    for session in range(sessions):
+        conversation = rng.integers(0, 1 << 29, 20, dtype=np.int32)
+        arrival = session * 0.01
+        for _ in range(turns):
+            answer = rng.integers(0, 1 << 29, int(rng.integers(20, 120)), dtype=np.int32)
+            prompt = conversation.copy()
+            prompt.flags.writeable = answer.flags.writeable = False
+            drafts.append((arrival, prompt, answer))
+            user = rng.integers(0, 1 << 29, int(rng.integers(5, 40)), dtype=np.int32)
+            conversation = np.concatenate([conversation, answer, user])
+            arrival += gap
+    drafts.sort(key=lambda d: d[0])
+    return tuple(Request(i, t, prompt, len(answer), output_token_ids=answer)
+                 for i, (t, prompt, answer) in enumerate(drafts))
+
+
+@pytest.mark.parametrize("capacity", [1024, 1536, 2048])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_fast_forward_matches_step_by_step_on_chat_with_prefix_caching(seed, capacity):
+    """Decode blocks become prefix hits of waiting turns, and cached blocks are evicted
+    mid-span: the span must stop where the head's cached prefix grows, and register and
+    evict blocks in step order."""
+    _assert_same_run(_chat_requests(seed), paged(16, prefix_caching=True),
+                     dict(kv_capacity_slots=capacity))
+
+
+@pytest.mark.parametrize("num_samples", [2, 3])
+def test_fast_forward_matches_step_by_step_with_parallel_sampling(num_samples):
+    """Multi-sequence groups decode (and finish) together inside a span."""
+    rng = np.random.default_rng(num_samples)
+    lengths = [(int(p), int(o)) for p, o in zip(rng.integers(1, 200, 30), rng.integers(1, 200, 30))]
+    for gap in (0.0, 0.05):
+        requests = make_requests(lengths, gap=gap, num_samples=num_samples, seed=num_samples)
+        _assert_same_run(requests, paged(16, prefix_caching=True), dict(kv_capacity_slots=4096))
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.01])
+def test_fast_forward_matches_step_by_step_when_the_token_budget_refuses(gap):
+    """Long prompts that fit the token budget only thanks to a cached shared prefix: the
+    head refused by the budget while others prefill may be admitted in the next step."""
+    rng = np.random.default_rng(7)
+    lengths = [(int(p), int(o)) for p, o in zip(rng.integers(200, 240, 80), rng.integers(8, 40, 80))]
+    requests = make_requests(lengths, gap=gap, prefix=np.arange(160, dtype=np.int32), seed=7)
+    _assert_same_run(requests, paged(16, prefix_caching=True),
+                     dict(kv_capacity_slots=8192, max_num_batched_tokens=280))

@@ -177,3 +177,19 @@ def test_cuda_paged_equals_contiguous_and_reports_device_time():
     report = resident.executor.report()
     assert report["device_busy_ms"]["count"] == report["steps"]
     assert report["kernel_backend"] == "triton"
+
+
+def test_host_cost_benchmark_reports_both_table_strategies():
+    from harness.hostcost import markdown, run
+
+    result = run([4, 32], context_len=64, block_size=16, steps=20, device=torch.device("cpu"),
+                 model="llama-2-13b", hardware="h200")
+    rows = {(r["batch_size"], r["mode"]): r for r in result["rows"]}
+    for batch in (4, 32):
+        full, resident = rows[(batch, "full")], rows[(batch, "resident")]
+        assert full["rows_uploaded_per_step"] == batch
+        # a new block every 16 tokens: about 1/16 of the rows change per step
+        assert resident["rows_uploaded_per_step"] <= batch / 16 + 1
+        assert resident["bytes_per_step"] < full["bytes_per_step"]
+        assert full["est_device_step_ms"] > 0 and full["kv_fits_device"]
+    assert "NO GPU" in markdown(result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from array import array
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -16,6 +17,14 @@ from harness.engine.sequence import SequenceGroup
 from harness.errors import PagebenchError
 from harness.metrics import RunRecorder
 from harness.workloads.request import Request
+
+
+def _int64_bytes(values: list[int]) -> bytes:
+    """The bytes of ``np.asarray(values, np.int64)`` (native int64), without numpy's overhead."""
+    try:
+        return array("q", values).tobytes()
+    except TypeError:  # e.g. 0-d tensors without __index__: let numpy convert them
+        return np.asarray(values, dtype=np.int64).tobytes()
 
 
 class Executor(Protocol):
@@ -181,7 +190,7 @@ def _tokens_digest(group: SequenceGroup) -> bytes:
     digest = hashlib.sha256(group.request.request_id.to_bytes(8, "little"))
     for seq in sorted(group.seqs, key=lambda s: s.lineage):
         digest.update(len(seq.generated).to_bytes(8, "little"))
-        digest.update(np.asarray(seq.generated, dtype=np.int64).tobytes())
+        digest.update(_int64_bytes(seq.generated))
     return digest.digest()
 
 

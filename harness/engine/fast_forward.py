@@ -31,9 +31,10 @@ from harness.engine.scheduler import Scheduler, StepPlan
 from harness.engine.sequence import Sequence, SequenceGroup
 from harness.metrics import MEMORY_CATEGORIES, RunRecorder
 
-# Fewer steps than this are not worth the setup: run them one by one.
-MIN_SPAN = 2
+# Shorter spans run step by step (1: even one bulk step costs less than a scheduled one).
+MIN_SPAN = 1
 MAX_SPAN = 4096
+PRICE_WINDOW = 64  # steps priced before looking further for the next arrival
 _BREAKDOWN_COLUMNS = (*MEMORY_CATEGORIES, "logical_tokens", "allocated_slots",
                       "largest_free_extent", "cached_free_slots")
 
@@ -62,6 +63,8 @@ def plan_allows_fast_forward(plan: StepPlan, scheduler: Scheduler, finished_any:
 def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_blocked: bool,
                  now: float, next_arrival_time: float | None) -> Advance | None:
     """Run as many steady decode steps as possible in bulk, or return None (nothing done)."""
+    if next_arrival_time is not None and next_arrival_time <= now:
+        return None  # it joins the queue before the next schedule
     manager = scheduler.manager
     seqs: list[Sequence] = []
     for group in scheduler.running:
@@ -71,137 +74,158 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_b
     num_seqs = len(seqs)
     if not num_seqs or num_seqs > scheduler.spec.max_num_batched_tokens:
         return None  # the token budget would skip some sequences
-    generated = [len(s.generated) for s in seqs]
-    prompt_lens = [len(s.prompt) for s in seqs]
-    computed = [s.num_computed for s in seqs]
-    if any(c != p + g - 1 for c, p, g in zip(computed, prompt_lens, generated)):
-        return None  # a sequence is still prefilling (or has not sampled yet)
-    positions = np.array(computed, dtype=np.int64)
-    output_lens = np.array([s.group.request.output_len for s in seqs], dtype=np.int64)
-    remaining = output_lens - np.array(generated, dtype=np.int64)  # steps until each finishes
-    first_finish = int(remaining.min())
-    span = min(first_finish, MAX_SPAN)
-    if span < MIN_SPAN:
-        return None
-    finals = positions + remaining  # KV slots when each ends (= final_len)
-    steps = np.arange(1, span + 1, dtype=np.int64)  # tokens appended after each step
-    written = positions[:, None] + steps[None, :]  # [num_seqs, span]
-
     paged = isinstance(manager, PagedKVCacheManager)
-    if paged:
-        bs = manager.block_size
+    if not paged and not isinstance(manager, ContiguousKVCacheManager):
+        return None
+    if paged and manager.has_shared_partial_blocks:
         if not all(manager.can_append_without_copy(s.seq_id) for s in seqs):
             return None  # a shared partial block must be copied first
+    generated: list[int] = []
+    computed: list[int] = []
+    remaining_list: list[int] = []
+    for seq in seqs:
+        g = len(seq.generated)
+        c = seq.num_computed
+        if c != len(seq.prompt) + g - 1 or not g:
+            return None  # still prefilling (or has not sampled its first token)
+        generated.append(g)
+        computed.append(c)
+        remaining_list.append(seq.group.request.output_len - g)
+    first_finish = min(remaining_list)
+    span = min(first_finish, MAX_SPAN)
+    sum_positions = sum(computed)
+    # Price the steps; most spans end at an arrival well before MAX_SPAN, so try a short
+    # window first.
+    priced = min(span, PRICE_WINDOW) if next_arrival_time is not None else span
+    while True:
+        durations = executor.decode_durations(sum_positions, num_seqs, priced)  # [priced]
+        ends = np.cumsum(np.concatenate(([now], durations)))[1:]  # sequential, like the loop
+        arrived = next_arrival_time is not None and ends[-1] >= next_arrival_time
+        if arrived or priced == span:
+            break
+        priced = span
+    if arrived:
+        span = int(np.argmax(ends >= next_arrival_time)) + 1  # the step the arrival lands in
+
+    if paged:  # per-sequence arrays: which steps take blocks
+        positions = np.array(computed, dtype=np.int64)
+        finals = positions + np.array(remaining_list, dtype=np.int64)  # = final_len
+        steps = np.arange(1, span + 1, dtype=np.int64)  # tokens appended after each step
+        written = positions[:, None] + steps[None, :]  # [num_seqs, span]
+        bs = manager.block_size
         start_blocks = -(-positions // bs)  # [num_seqs]
         blocks = -(-written // bs)  # [num_seqs, span]
-        new_blocks = (blocks - start_blocks[:, None]).sum(axis=0)  # [span]
-        fits = new_blocks <= manager.num_free_blocks
+        taken = (blocks - start_blocks[:, None]).sum(axis=0)  # [span] blocks taken so far
+        fits = taken <= manager.num_free_blocks
         if not fits[-1]:
             span = int(fits.argmin())  # the next step would preempt: run it normally
+            arrived = False
             if span < MIN_SPAN:
                 return None
-    elif not isinstance(manager, ContiguousKVCacheManager):
-        return None
-
-    durations = executor.decode_durations(int(positions.sum()), num_seqs, span)  # [span]
-    ends = np.cumsum(np.concatenate(([now], durations)))[1:]  # sequential, like the loop
-    arrived = False
-    if next_arrival_time is not None and ends[span - 1] >= next_arrival_time:
-        span = int(np.argmax(ends >= next_arrival_time)) + 1  # the step the arrival lands in
-        arrived = True
-        if span < MIN_SPAN:
-            return None
+    # NOTE: only tokens the workload gives (Request.output_token_ids, e.g. chat answers that
+    # a later turn's prompt repeats) can form a block whose key another prompt (or another
+    # sequence) has too: the synthetic ones are unique to their sequence and position.
+    shared_keys = [i for i, seq in enumerate(seqs)
+                   if seq.lineage == 0 and seq.group.request.output_token_ids is not None] \
+        if paged and manager.enable_prefix_caching else []
     # The span's tokens: sampled ones, and the ones whose KV each step writes.
     new_tokens = [seq.synthetic_tokens(first, span) for seq, first in zip(seqs, generated)]
-    kv_tokens = [[seq.generated[-1], *tokens[:-1]] for seq, tokens in zip(seqs, new_tokens)]
-    if paged and manager.enable_prefix_caching and scheduler.waiting:
-        grow = _first_prefix_growth(scheduler, manager, seqs, kv_tokens, positions, bs)
+    if paged and manager.enable_prefix_caching:
+        kv_tokens = [[seq.generated[-1], *tokens[:-1]] for seq, tokens in zip(seqs, new_tokens)]
+    else:  # NOTE: only the count is read (nothing is keyed on token ids): any span-long list
+        kv_tokens = new_tokens
+    if shared_keys and scheduler.waiting:
+        grow = _first_prefix_growth(scheduler, manager, seqs, shared_keys, kv_tokens, positions, bs)
         if grow is not None and grow <= span:
             span = grow - 1  # that step's schedule may admit: run it normally
             arrived = False
             if span < MIN_SPAN:
                 return None
-    durations, ends, steps, written = durations[:span], ends[:span], steps[:span], written[:, :span]
+            new_tokens = [tokens[:span] for tokens in new_tokens]
+            kv_tokens = [tokens[:span] for tokens in kv_tokens]
+    durations, ends = durations[:span], ends[:span]
+    if paged:
+        written = written[:, :span]
     finishing = span == first_finish  # the last step finishes requests
 
+    # The span's step rows, in closed form from the breakdown now (plain lists: the
+    # constant columns are cheaper that way than as arrays).
     base = manager.breakdown(memory_blocked)
-    appended = steps * num_seqs  # [span] tokens appended so far, all sequences
+    last = num_seqs * span  # tokens appended by the end of the span, all sequences
+    token_states = list(range(base.token_states + num_seqs, base.token_states + last + 1, num_seqs))
+    logical = list(range(base.logical_tokens + num_seqs, base.logical_tokens + last + 1, num_seqs))
     if paged:
-        blocks = blocks[:, :span]
-        taken = (blocks - start_blocks[:, None]).sum(axis=0)  # [span] blocks taken so far
-        allocated = base.allocated_slots + bs * taken
+        taken = taken[:span]
+        allocated_array = base.allocated_slots + bs * taken
         reserved_now, rounding_now = _paged_partial(positions, finals, bs)
         reserved_after, rounding_after = _paged_partial(written, finals[:, None], bs)
-        reserved = base.reserved + (reserved_after.sum(axis=0) - reserved_now.sum())
-        rounding = base.internal_rounding + (rounding_after.sum(axis=0) - rounding_now.sum())
+        reserved = (base.reserved - int(reserved_now.sum()) + reserved_after.sum(axis=0)).tolist()
+        rounding = (base.internal_rounding - int(rounding_now.sum())
+                    + rounding_after.sum(axis=0)).tolist()
         flags = manager.pool.cached_flags_at_head(int(taken[-1]))  # evicted in queue order
         cached_popped = np.concatenate(([0], np.cumsum(flags, dtype=np.int64)))
-        cached_free = base.cached_free_slots - bs * cached_popped[taken]
-        largest_free = base.capacity_slots - allocated
+        cached_free = (base.cached_free_slots - bs * cached_popped[taken]).tolist()
+        allocated = allocated_array.tolist()
+        free = (base.capacity_slots - allocated_array).tolist()
+        largest_free = free
     else:
-        allocated = np.full(span, base.allocated_slots, dtype=np.int64)
-        reserved = base.reserved - appended
-        rounding = np.full(span, base.internal_rounding, dtype=np.int64)
-        cached_free = np.full(span, base.cached_free_slots, dtype=np.int64)
-        largest_free = np.full(span, base.largest_free_extent, dtype=np.int64)
-    free = base.capacity_slots - allocated
-    zeros = np.zeros(span, dtype=np.int64)
+        allocated = [base.allocated_slots] * span
+        reserved = list(range(base.reserved - num_seqs, base.reserved - last - 1, -num_seqs))
+        rounding = [base.internal_rounding] * span
+        cached_free = [base.cached_free_slots] * span
+        largest_free = [base.largest_free_extent] * span
+        free = [base.capacity_slots - base.allocated_slots] * span
+    zeros = [0] * span
     columns = dict(
-        time_s=ends - durations, duration_s=durations, num_seqs=np.full(span, num_seqs),
-        num_batched_tokens=np.full(span, num_seqs), num_prefill_tokens=zeros,
-        num_waiting=np.full(span, len(scheduler.waiting)), num_preempted=zeros,
-        token_states=base.token_states + appended, reserved=reserved,
-        internal_over_reservation=np.full(span, base.internal_over_reservation),
+        time_s=(ends - durations).tolist(), duration_s=durations.tolist(),
+        num_seqs=[num_seqs] * span, num_batched_tokens=[num_seqs] * span,
+        num_prefill_tokens=zeros, num_waiting=[len(scheduler.waiting)] * span,
+        num_preempted=zeros, token_states=token_states, reserved=reserved,
+        internal_over_reservation=[base.internal_over_reservation] * span,
         internal_rounding=rounding,
         external_fragmentation=free if memory_blocked else zeros,
         idle=zeros if memory_blocked else free,
-        logical_tokens=base.logical_tokens + appended, allocated_slots=allocated,
+        logical_tokens=logical, allocated_slots=allocated,
         largest_free_extent=largest_free, cached_free_slots=cached_free,
     )
 
     # Commit: the sampled tokens, and the KV appends.
-    span_tokens = [tokens[:span] for tokens in kv_tokens]
-    for seq, tokens in zip(seqs, new_tokens):
-        seq.generated.extend(tokens[:span])
-    if paged and manager.enable_prefix_caching:
-        _commit_in_step_order(manager, seqs, span_tokens, written, bs)
-    else:  # nothing depends on the order: one manager call per sequence
-        append = manager.append
-        for seq, tokens in zip(seqs, span_tokens):
-            if append(seq.seq_id, tokens) is None:
-                raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
-    for seq, start in zip(seqs, computed):
+    for seq, tokens, start in zip(seqs, new_tokens, computed):
+        seq.generated.extend(tokens)
         seq.num_computed = start + span
+    if shared_keys:
+        _commit_in_step_order(manager, seqs, kv_tokens, written, bs)
+    elif manager.append_batch([seq.seq_id for seq in seqs], kv_tokens, []) < num_seqs:
+        # NOTE: every new key is unique: the order of the appends does not matter
+        raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
 
     finished: list[SequenceGroup] = []
     end_time = float(ends[-1])
     if finishing:
         finished = scheduler.finish_decoded(end_time)
-        if finished:  # that step's memory is read after the frees, as the loop reads it
-            after = manager.breakdown(memory_blocked)
-            for name in _BREAKDOWN_COLUMNS:
-                column = columns[name] = np.array(columns[name], dtype=np.int64)
-                column[-1] = getattr(after, name)
-    recorder.record_steps(**columns)
+    rows = recorder.steps  # NOTE: columns appended in place (RunRecorder.record_steps, as lists)
+    first_row = len(rows["step"])
+    rows["step"].extend(range(first_row, first_row + span))
+    for name, values in columns.items():
+        rows[name].extend(values)
+    if finished:  # that step's memory is read after the frees, as the loop reads it
+        after = manager.breakdown(memory_blocked)
+        for name in _BREAKDOWN_COLUMNS:
+            rows[name][-1] = getattr(after, name)
     may_continue = (finishing and bool(finished) and not arrived and not scheduler.waiting
                     and scheduler.num_running_seqs > 0)
     return Advance(end_time, finished, may_continue)
 
 
 def _first_prefix_growth(scheduler: Scheduler, manager: PagedKVCacheManager, seqs: list[Sequence],
-                         kv_tokens: list[list[int]], positions: np.ndarray, bs: int) -> int | None:
-    """The first step (1-based) of the span in which a running sequence fills a block that
-    extends the waiting head's cached prefix, or None.
+                         candidates: list[int], kv_tokens: list[list[int]], positions: np.ndarray,
+                         bs: int) -> int | None:
+    """The first step (1-based) of the span in which one of the ``candidates`` sequences
+    fills a block that extends the waiting head's cached prefix, or None.
 
     NOTE: a longer cached prefix lowers what the head needs (memory and token budget),
-    so from that step on the scheduler may admit it. Only tokens given by the workload
-    (``Request.output_token_ids``, e.g. chat turns that a later turn's prompt repeats)
-    can reappear in another prompt: the synthetic ones are unique to their sequence.
+    so from that step on the scheduler may admit it.
     """
-    candidates = [i for i, seq in enumerate(seqs)
-                  if seq.lineage == 0 and seq.group.request.output_token_ids is not None]
-    if not candidates:
-        return None
     head = scheduler.waiting[0]
     if head.seqs:
         seq = head.seqs[0]
@@ -226,10 +250,10 @@ def _commit_in_step_order(manager: PagedKVCacheManager, seqs: list[Sequence],
     a cached block) and every registration of a filled block happens in the order the
     step-by-step run does them: by step, then in running order.
 
-    NOTE: with prefix caching that order decides which block keeps a key (one block per
-    key) and which cached blocks are evicted first. Between two such events of a
-    sequence its appends stay inside its last block, so one ``append`` call per event
-    (plus one for the rest) reproduces the order exactly.
+    NOTE: when two blocks get the same key that order decides which one keeps it (one
+    block per key), and whether a cached block holding it is evicted first. Between two
+    such events of a sequence its appends stay inside its last block, so one ``append``
+    call per event (plus one for the rest) reproduces the order exactly.
     """
     # append j (1-based) writes position written[:, j-1] - 1: a new block when that
     # position starts one, a full block when written is a multiple of bs

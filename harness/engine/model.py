@@ -137,10 +137,12 @@ class LlamaModel:
         normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)
         return (normed * weight.to(acc)).to(self.dtype)
 
-    def rotary(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Rotate-half rotary embedding: x [T, heads, head_dim], positions [T] -> like x."""
-        cos = self.rope_cos[positions][:, None, :]  # [T, 1, head_dim / 2]
-        sin = self.rope_sin[positions][:, None, :]
+    def rotary_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [T, 1, head_dim / 2] of ``positions`` (gathered once per forward)."""
+        return self.rope_cos[positions][:, None, :], self.rope_sin[positions][:, None, :]
+
+    def rotary(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotate-half rotary embedding: x [T, heads, head_dim] with tables [T, 1, head_dim / 2]."""
         xf = x.to(cos.dtype)
         half = x.shape[-1] // 2
         x1, x2 = xf[..., :half], xf[..., half:]
@@ -168,13 +170,13 @@ class LlamaModel:
         T = token_ids.shape[0]
         nh, nkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = self.embed[token_ids.long() % self.vocab_size]  # [T, hidden]
-        positions = positions.long()
+        cos, sin = self.rotary_tables(positions.long())
         for index, layer in enumerate(self.layers):
             qkv = self.linear(self.rms_norm(x, layer.attn_norm), layer.wqkv)  # [T, (nh + 2 nkv) d]
             q = qkv[:, :nh * d].view(T, nh, d)
             k = qkv[:, nh * d:(nh + nkv) * d].view(T, nkv, d)
             v = qkv[:, (nh + nkv) * d:].reshape(T, nkv, d)
-            q, k = self.rotary(q, positions), self.rotary(k, positions)
+            q, k = self.rotary(q, cos, sin), self.rotary(k, cos, sin)
             attn = attention(index, q, k, v)  # [T, nh, d]
             x = x + self.linear(attn.reshape(T, nh * d), layer.wo)
             x = x + self.mlp(layer, self.rms_norm(x, layer.mlp_norm))

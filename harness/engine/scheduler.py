@@ -155,11 +155,11 @@ class Scheduler:
         never revisited in the same step (a preemption victim is always a later group).
         """
         running = self.running
-        stop = min(len(running), index + self._budget)
         seqs: list[Sequence] = []
+        seq_ids: list[int] = []
         tokens: list[int] = []
-        for position in range(index, stop):
-            group_seqs = running[position].seqs
+        for group in running[index:index + self._budget]:
+            group_seqs = group.seqs
             if len(group_seqs) != 1:
                 break
             seq = group_seqs[0]
@@ -167,13 +167,16 @@ class Scheduler:
             if seq.num_computed != len(seq.prompt) + len(generated) - 1:
                 break
             seqs.append(seq)
+            seq_ids.append(seq.seq_id)
             tokens.append(generated[-1] if generated else int(seq.prompt[-1]))
         if not seqs:
             return index
-        done = batch_decode([seq.seq_id for seq in seqs], tokens, plan.copies)
+        done = batch_decode(seq_ids, tokens, plan.copies)
         if done:
+            if done < len(seqs):
+                del seqs[done:]
             plan.chunks.extend([ScheduledChunk(seq, seq.num_computed, seq.num_computed + 1)
-                                for seq in seqs[:done]])
+                                for seq in seqs])
             self._budget -= done
             plan.num_batched_tokens += done
         return index + done
@@ -366,12 +369,18 @@ class Scheduler:
         for chunk in plan.chunks:
             end = chunk.end
             seq = chunk.seq
-            for seq in (seq, *chunk.members) if chunk.members else (seq,):
+            seq.num_computed = end
+            generated = seq.generated
+            if end == len(seq.prompt) + len(generated):
+                generated.append(sampled[seq.seq_id] if sampled is not None
+                                 else seq.synthetic_token_at(len(generated)))
+                touched[seq.group] = None
+            for seq in chunk.members:
                 seq.num_computed = end
                 generated = seq.generated
                 if end == len(seq.prompt) + len(generated):
                     generated.append(sampled[seq.seq_id] if sampled is not None
-                                     else seq.synthetic_next_token())
+                                     else seq.synthetic_token_at(len(generated)))
                     touched[seq.group] = None
         finished = []
         for group in touched:
@@ -404,7 +413,10 @@ class Scheduler:
         for group in self.running:
             seqs = group.seqs
             output_len = group.request.output_len
-            if seqs and all(len(seq.generated) >= output_len for seq in seqs):
+            if len(seqs) == 1:
+                if len(seqs[0].generated) >= output_len:
+                    finished.append(group)
+            elif seqs and all(len(seq.generated) >= output_len for seq in seqs):
                 finished.append(group)
         for group in finished:
             for seq in group.seqs:
