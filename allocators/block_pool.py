@@ -28,7 +28,7 @@ class BlockPool:
     """``num_blocks`` device blocks with ref counts, a free queue and a hash map."""
 
     __slots__ = (
-        "num_blocks", "num_free", "num_cached_free", "ref_cnt", "_keys", "_cached",
+        "num_blocks", "num_free", "num_cached_free", "num_evictions", "ref_cnt", "_keys", "_cached",
         "_prev", "_next", "_head", "_tail",
     )
 
@@ -40,6 +40,7 @@ class BlockPool:
         self.num_blocks = n
         self.num_free = n
         self.num_cached_free = 0  # free blocks that still hold a registered key
+        self.num_evictions = 0  # keys dropped so far (a block popped for reuse): only this ends a hit
         self.ref_cnt: list[int] = [0] * n
         self._keys: list[tuple | None] = [None] * n  # cache key of a registered block
         self._cached: dict[tuple, int] = {}  # cache key -> block id
@@ -108,11 +109,11 @@ class BlockPool:
                 out.append(b)
                 ref[b] = 1
                 key = keys[b]
-                if key is not None:
+                if key is not None:  # NOTE: a registered block is its key's block
                     keys[b] = None
                     self.num_cached_free -= 1
-                    if self._cached.get(key) == b:
-                        del self._cached[key]
+                    self.num_evictions += 1
+                    del self._cached[key]
                 b = nxt[b]
         nxt[head] = b
         prv[b] = head

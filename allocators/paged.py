@@ -91,7 +91,8 @@ class PagedKVCacheManager:
         self._ledger = PartialBlockLedger(block_size)
         self._logical = 0  # tokens written, summed over device-resident sequences
         self._key_bytes = 4 * block_size
-        self._hits_memo: tuple[bytes, tuple[int, ...], tuple[tuple, ...]] | None = None
+        # (prompt bytes, hit blocks, their keys, pool.num_evictions then): see _prefix_hits
+        self._hits_memo: tuple[bytes, list[int], list[tuple], int] | None = None
 
     # ---------------------------------------------------------------- queries
     def _get(self, seq_id: int) -> _Seq:
@@ -147,10 +148,11 @@ class PagedKVCacheManager:
         at most ``prompt_len - 1`` tokens. Changes nothing.
 
         NOTE: the last query is memoised: a request that waits (or is asked about by
-        ``cached_prefix_tokens`` and then admitted) asks again with the same tokens, and
-        the leading hits whose block still holds the very key object it was found under
-        are still hits (``register`` keeps one block per key), so only the rest of the
-        chain is hashed and looked up again.
+        ``cached_prefix_tokens`` and then admitted) asks again with the same tokens. A
+        block that still holds its key is still that key's block (``register`` keeps one
+        block per key), so the leading hits whose block still holds theirs are still
+        hits (all of them when no key was evicted since), and only the rest of the chain
+        is hashed and looked up again.
         """
         pool = self.pool
         block_keys, lookup, w = pool._keys, pool.lookup, self._key_bytes
@@ -158,11 +160,15 @@ class PagedKVCacheManager:
         keys: list[tuple] = []
         memo = self._hits_memo
         if memo is not None and memo[0] == data:
-            for b, key in zip(memo[1], memo[2]):
-                if block_keys[b] is not key:
-                    break
-                hits.append(b)
-                keys.append(key)
+            memo_hits, memo_keys = memo[1], memo[2]
+            if memo[3] == pool.num_evictions:  # no key dropped since: every hit still holds
+                valid = len(memo_hits)
+            else:  # the leading hits whose block still holds the key (compared in C)
+                now = list(map(block_keys.__getitem__, memo_hits))
+                valid = len(now) if now == memo_keys else \
+                    next(i for i, (a, b) in enumerate(zip(now, memo_keys)) if a != b)
+            hits.extend(memo_hits[:valid])
+            keys.extend(memo_keys[:valid])
         parent = hash(keys[-1]) if keys else 0
         for i in range(len(hits), (prompt_len - 1) // self.block_size):
             b = lookup((parent, data[i * w:(i + 1) * w]))
@@ -172,7 +178,7 @@ class PagedKVCacheManager:
             hits.append(b)
             keys.append(key)
             parent = hash(key)
-        self._hits_memo = (data, tuple(hits), tuple(keys))
+        self._hits_memo = (data, list(hits), list(keys), pool.num_evictions)
         return hits, keys
 
     def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
@@ -272,17 +278,17 @@ class PagedKVCacheManager:
             return None
         # Commit. NOTE: touch the hits before allocating so they are not popped for reuse.
         for b in hits:
-            pool.touch(b)
+            r = ref[b]
+            if r:
+                ref[b] = r + 1
+            else:
+                pool.touch(b)  # a free cached block: off the queue
         table = hits + pool.allocate(need) if need else hits
         tail = array("i")
         if self.enable_prefix_caching:
             w = self._key_bytes
-            parent = hash(keys[-1]) if keys else 0
-            for i in range(len(hits), n // bs):
-                key = (parent, data[i * w:(i + 1) * w])
-                pool.register(table[i], key)
-                keys.append(key)
-                parent = hash(key)
+            first = len(hits)
+            self._key_blocks(table, first, data, first * w, n // bs - first, keys)
             tail.frombytes(data[(n // bs) * w:n * 4])
         s = _Seq(table, n, final_len, prompt_len, keys, tail)
         self._seqs[seq_id] = s
@@ -446,17 +452,28 @@ class PagedKVCacheManager:
 
     def _key_full_blocks(self, s: _Seq) -> None:
         """Key and register the blocks the tail buffer has filled."""
-        bs, w, keys, pool, table = self.block_size, self._key_bytes, s.keys, self.pool, s.table
         tail = s.tail
-        data = tail.tobytes()
-        full = len(tail) // bs
+        full = len(tail) // self.block_size
+        self._key_blocks(s.table, len(s.keys), tail.tobytes(), 0, full, s.keys)
+        del tail[:full * self.block_size]
+
+    def _key_blocks(self, table: list[int], first: int, data: bytes, offset: int, count: int,
+                    keys: list[tuple]) -> None:
+        """Key blocks ``table[first:first + count]`` with the ``count`` token blocks of
+        ``data`` from byte ``offset``, chained after ``keys[-1]``; register each one whose
+        key is free (``BlockPool.register``, inlined); append the keys to ``keys``."""
+        pool = self.pool
+        cached, block_keys, w = pool._cached, pool._keys, self._key_bytes
         parent = hash(keys[-1]) if keys else 0
-        for j in range(full):
-            key = (parent, data[j * w:(j + 1) * w])
-            pool.register(table[len(keys)], key)
+        for j in range(count):
+            start = offset + j * w
+            key = (parent, data[start:start + w])
+            b = table[first + j]
+            if block_keys[b] is None and key not in cached:
+                cached[key] = b
+                block_keys[b] = key
             keys.append(key)
             parent = hash(key)
-        del tail[:full * bs]
 
     def fork(self, parent_id: int, child_id: int, final_len: int) -> list[tuple[int, int]]:
         """``child_id`` shares all of the parent's blocks; never needs memory, returns []."""

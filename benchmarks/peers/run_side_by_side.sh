@@ -4,7 +4,8 @@
 #
 #   bash benchmarks/peers/run_side_by_side.sh                  # rounds=3, pools 8192 4096
 #   ROUNDS=5 POOLS="8192" bash benchmarks/peers/run_side_by_side.sh --repeat 3
-#   OUT=benchmarks/cpu/peers-$(date +%F).jsonl bash benchmarks/peers/run_side_by_side.sh
+#   SAVE=benchmarks/cpu bash benchmarks/peers/run_side_by_side.sh --repeat 3
+#     -> also writes $SAVE/peers-<date>.jsonl (every run), .json (summary) and .md (table)
 #
 # Each round runs every peer on every pool one after the other (never in parallel),
 # prefix caching off and on, so the ratios of a round are measured side by side; the
@@ -39,4 +40,12 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 echo "results in $OUT" >&2
-"$PY" "$HERE/summarize.py" "$OUT"
+if [ -n "${SAVE:-}" ]; then
+  mkdir -p "$SAVE"
+  stem="$SAVE/peers-$(date -u +%Y-%m-%d)"
+  cp "$OUT" "$stem.jsonl"
+  "$PY" "$HERE/summarize.py" "$OUT" --json "$stem.json" --markdown "$stem.md"
+  echo "saved $stem.{jsonl,json,md}" >&2
+else
+  "$PY" "$HERE/summarize.py" "$OUT"
+fi

@@ -12,7 +12,10 @@ also checks that steps, preemptions and block counts equal vLLM's in every round
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import statistics
 from collections import defaultdict
 
@@ -77,7 +80,24 @@ def summarize(rows: list[dict]) -> dict:
     return {"configs": out}
 
 
+def machine() -> dict:
+    """Where the summary was made (the runs are on the same machine, one after the other)."""
+    model = None
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "platform": platform.platform(), "cpu": model or platform.processor(),
+            "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
 def markdown(summary: dict) -> str:
+    m = summary.get("machine", {})
+    head = (f"Measured {m.get('date_utc', '?')[:10]} on {m.get('cpus', '?')} CPUs ({m.get('cpu', '?')}), "
+            f"{m.get('platform', '?')}; median of {max(e['rounds'] for e in summary['configs'])} "
+            "side-by-side rounds, ratios taken within each round.\n\n")
     lines = ["| pool (blocks) | prefix cache | pagebench ops/s | vLLM ops/s | SGLang ops/s "
              "| pagebench / vLLM | pagebench / SGLang | same steps/preemptions/blocks as vLLM |",
              "|---|---|---|---|---|---|---|---|"]
@@ -96,7 +116,7 @@ def markdown(summary: dict) -> str:
         same = {True: "yes", False: "NO"}.get(e.get("identical_to_vllm"), "n/a (caching on)")
         lines.append(f"| {e['num_blocks']} | {'on' if e['prefix_caching'] else 'off'} | {ops(OURS)} "
                      f"| {ops('vllm')} | {ops('sglang')} | {ratio('vllm')} | {ratio('sglang')} | {same} |")
-    return "\n".join(lines) + "\n"
+    return head + "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -110,6 +130,7 @@ def main() -> None:
         with open(f) as fh:
             rows += [json.loads(line) for line in fh if line.startswith("{")]
     summary = summarize(rows)
+    summary["machine"] = machine()
     table = markdown(summary)
     print(table)
     for e in summary["configs"]:

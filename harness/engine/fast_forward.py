@@ -91,6 +91,10 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_b
         generated.append(g)
         computed.append(c)
         remaining_list.append(seq.group.request.output_len - g)
+    if paged:  # the first step's new blocks (a sequence whose KV fills whole blocks)
+        bs = manager.block_size
+        if sum(1 for c in computed if c % bs == 0) > manager.num_free_blocks:
+            return None  # the next step preempts
     first_finish = min(remaining_list)
     span = min(first_finish, MAX_SPAN)
     sum_positions = sum(computed)

@@ -73,8 +73,10 @@ def build_mooncake(spec: MooncakeSpec, ctx: BuildContext) -> list[Draft]:
     for row, hashes in enumerate(raw_hashes):
         if row in parser.errors:
             continue
-        if not isinstance(hashes, list) or (hashes and (set(map(type, hashes)) != {int} or min(hashes) < 0)):
-            parser.error(row, "hash_ids", "not a list of non-negative integers",
+        if not isinstance(hashes, list) or (hashes and (set(map(type, hashes)) != {int} or min(hashes) < 0
+                                                        or max(hashes) >= 1 << 63)):
+            # NOTE: hash ids are stored as int64; a larger one is malformed input, not a crash
+            parser.error(row, "hash_ids", "not a list of non-negative integers below 2**63",
                          repr(hashes)[:80] if hashes is not None else "missing")
             continue
         expected = -(-int(inp[row]) // spec.block_tokens)
