@@ -21,3 +21,14 @@ try:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 except ImportError:  # pragma: no cover - torch is a dependency
     pass
+
+# CI runs property tests with a fixed seed sequence, so a landing is never decided by a
+# lucky draw; locally each run explores new examples.
+try:
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True, print_blob=True)
+    if os.environ.get("CI"):
+        settings.load_profile("ci")
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    pass
