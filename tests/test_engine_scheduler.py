@@ -131,3 +131,26 @@ def test_latency_metrics_are_consistent():
     serving = serving_summary(result.recorder.step_table(), result.recorder.request_table())
     assert serving["requests"]["finished"] == 2
     assert 0 < serving["latency"]["ttft_s"]["p50"] <= serving["latency"]["e2e_s"]["p50"]
+
+
+@pytest.mark.parametrize("system", [paged(block_size=4, prefix_caching=True), contiguous("max")],
+                         ids=["paged", "max"])
+def test_plan_totals_equal_the_sums_over_its_chunks(system, monkeypatch):
+    """The cost model reads the plan's running totals; preemptions take chunks back out."""
+    from harness.engine.scheduler import Scheduler
+
+    plans = []
+    schedule = Scheduler.schedule
+    monkeypatch.setattr(Scheduler, "schedule", lambda self: plans.append(schedule(self)) or plans[-1])
+    requests = make_requests([(12, 30), (40, 9), (7, 25), (30, 12), (5, 40)] * 3, gap=0.002)
+    spec = engine_spec(kv_capacity_slots=160, max_num_batched_tokens=48, fast_forward=False)
+    run(requests, system, spec)
+    assert any(plan.num_preempted for plan in plans) == (system.kind == "paged")  # max reserves up front
+    for plan in plans:
+        chunks = plan.chunks
+        assert plan.num_batched_tokens == sum(c.num_tokens for c in chunks)
+        assert plan.num_seqs == sum(1 + len(c.members) for c in chunks)
+        assert plan.kv_read_slots == sum(c.start for c in chunks)
+        assert plan.attention_pairs == sum(c.num_tokens * c.start + c.num_tokens * (c.num_tokens + 1) // 2
+                                           for c in chunks)
+        assert plan.num_prefill_chunks == sum(c.num_tokens > 1 for c in chunks)

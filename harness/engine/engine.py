@@ -142,7 +142,7 @@ def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Ex
             groups.pop(group.request.request_id, None)
             finished_count += 1
         memory = scheduler.manager.breakdown(plan.memory_blocked)
-        recorder.record_step(start, duration, sum(1 + len(c.members) for c in plan.chunks),
+        recorder.record_step(start, duration, plan.num_seqs,
                              plan.num_batched_tokens, plan.num_prefill_tokens,
                              len(scheduler.waiting), plan.num_preempted, memory)
         if bulk and plan_allows_fast_forward(plan, scheduler, bool(finished)):

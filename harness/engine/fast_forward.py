@@ -66,31 +66,35 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_b
     if next_arrival_time is not None and next_arrival_time <= now:
         return None  # it joins the queue before the next schedule
     manager = scheduler.manager
-    seqs: list[Sequence] = []
-    for group in scheduler.running:
-        if group.request.beam_width > 1:
-            return None  # beams are re-selected every step
-        seqs.extend(group.seqs)
-    num_seqs = len(seqs)
+    num_seqs = scheduler.num_running_seqs
     if not num_seqs or num_seqs > scheduler.spec.max_num_batched_tokens:
         return None  # the token budget would skip some sequences
     paged = isinstance(manager, PagedKVCacheManager)
     if not paged and not isinstance(manager, ContiguousKVCacheManager):
         return None
+    seqs: list[Sequence] = []
+    generated: list[int] = []  # tokens each has generated
+    computed: list[int] = []  # = its KV slots written
+    remaining_list: list[int] = []  # tokens left to generate
+    workload_tokens: list[int] = []  # which ones generate tokens the workload gives
+    for group in scheduler.running:
+        if group.request.beam_width > 1:
+            return None  # beams are re-selected every step
+        for seq in group.seqs:
+            g = len(seq.generated)
+            c = seq.num_computed
+            if c != seq.prompt_len + g - 1 or not g:
+                return None  # still prefilling (or has not sampled its first token)
+            if seq.synthetic_offset < 0:
+                workload_tokens.append(len(seqs))
+            seqs.append(seq)
+            generated.append(g)
+            computed.append(c)
+            remaining_list.append(seq.output_len - g)
+    num_seqs = len(seqs)
     if paged and manager.has_shared_partial_blocks:
         if not all(manager.can_append_without_copy(s.seq_id) for s in seqs):
             return None  # a shared partial block must be copied first
-    generated: list[int] = []
-    computed: list[int] = []
-    remaining_list: list[int] = []
-    for seq in seqs:
-        g = len(seq.generated)
-        c = seq.num_computed
-        if c != len(seq.prompt) + g - 1 or not g:
-            return None  # still prefilling (or has not sampled its first token)
-        generated.append(g)
-        computed.append(c)
-        remaining_list.append(seq.group.request.output_len - g)
     if paged:  # the first step's new blocks (a sequence whose KV fills whole blocks)
         bs = manager.block_size
         if sum(1 for c in computed if c % bs == 0) > manager.num_free_blocks:
@@ -129,24 +133,16 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_b
     # NOTE: only tokens the workload gives (Request.output_token_ids, e.g. chat answers that
     # a later turn's prompt repeats) can form a block whose key another prompt (or another
     # sequence) has too: the synthetic ones are unique to their sequence and position.
-    shared_keys = [i for i, seq in enumerate(seqs)
-                   if seq.lineage == 0 and seq.group.request.output_token_ids is not None] \
-        if paged and manager.enable_prefix_caching else []
-    # The span's tokens: sampled ones, and the ones whose KV each step writes.
-    new_tokens = [seq.synthetic_tokens(first, span) for seq, first in zip(seqs, generated)]
-    if paged and manager.enable_prefix_caching:
-        kv_tokens = [[seq.generated[-1], *tokens[:-1]] for seq, tokens in zip(seqs, new_tokens)]
-    else:  # NOTE: only the count is read (nothing is keyed on token ids): any span-long list
-        kv_tokens = new_tokens
+    keyed = paged and manager.enable_prefix_caching
+    shared_keys = workload_tokens if keyed else []
     if shared_keys and scheduler.waiting:
+        kv_tokens = _kv_tokens(seqs, generated, span)
         grow = _first_prefix_growth(scheduler, manager, seqs, shared_keys, kv_tokens, positions, bs)
         if grow is not None and grow <= span:
             span = grow - 1  # that step's schedule may admit: run it normally
             arrived = False
             if span < MIN_SPAN:
                 return None
-            new_tokens = [tokens[:span] for tokens in new_tokens]
-            kv_tokens = [tokens[:span] for tokens in kv_tokens]
     durations, ends = durations[:span], ends[:span]
     if paged:
         written = written[:, :span]
@@ -193,20 +189,29 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_b
         largest_free_extent=largest_free, cached_free_slots=cached_free,
     )
 
-    # Commit: the sampled tokens, and the KV appends.
-    for seq, tokens, start in zip(seqs, new_tokens, computed):
-        seq.generated.extend(tokens)
-        seq.num_computed = start + span
+    # Commit: the sampled tokens, and the KV appends (the tokens whose KV each step writes:
+    # the last sampled one, then the span's but its last).
+    seq_ids: list[int] = []
+    kv_tokens = []
+    for seq, first in zip(seqs, generated):
+        tokens = seq.synthetic_tokens(first, span)
+        gen = seq.generated
+        # NOTE: without keys only the count is read (nothing is keyed on token ids)
+        kv_tokens.append([gen[-1], *tokens[:-1]] if keyed else tokens)
+        gen.extend(tokens)
+        seq.num_computed += span
+        seq_ids.append(seq.seq_id)
     if shared_keys:
         _commit_in_step_order(manager, seqs, kv_tokens, written, bs)
-    elif manager.append_batch([seq.seq_id for seq in seqs], kv_tokens, []) < num_seqs:
+    elif manager.append_batch(seq_ids, kv_tokens, []) < num_seqs:
         # NOTE: every new key is unique: the order of the appends does not matter
         raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
 
     finished: list[SequenceGroup] = []
     end_time = float(ends[-1])
-    if finishing:
-        finished = scheduler.finish_decoded(end_time)
+    if finishing:  # the groups of the sequences done now (all of a group's: no beams here)
+        done = {seqs[i].group: None for i, left in enumerate(remaining_list) if left == span}
+        finished = scheduler.finish_decoded(end_time, list(done))
     rows = recorder.steps  # NOTE: columns appended in place (RunRecorder.record_steps, as lists)
     first_row = len(rows["step"])
     rows["step"].extend(range(first_row, first_row + span))
@@ -219,6 +224,12 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_b
     may_continue = (finishing and bool(finished) and not arrived and not scheduler.waiting
                     and scheduler.num_running_seqs > 0)
     return Advance(end_time, finished, may_continue)
+
+
+def _kv_tokens(seqs: list[Sequence], generated: list[int], span: int) -> list[list[int]]:
+    """Each sequence's tokens whose KV the next ``span`` steps write (before sampling)."""
+    return [[seq.generated[-1], *seq.synthetic_tokens(first, span - 1)]
+            for seq, first in zip(seqs, generated)]
 
 
 def _first_prefix_growth(scheduler: Scheduler, manager: PagedKVCacheManager, seqs: list[Sequence],

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from allocators.base import KVCacheManager
 from harness.config import EngineSpec
-from harness.engine.sequence import Sequence, SequenceGroup
+from harness.engine.sequence import SYNTHETIC_TOKEN_BASE, Sequence, SequenceGroup
 
 
 @dataclass(slots=True)
@@ -55,6 +55,12 @@ class StepPlan:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     num_batched_tokens: int = 0
     num_prefill_tokens: int = 0
+    # NOTE: the batch's shape, kept up to date as chunks come and go (what a cost model
+    # reads, without walking the chunks)
+    num_seqs: int = 0  # sequences computed: each chunk's plus its members
+    attention_pairs: int = 0  # (query token, context token) pairs over the chunks
+    kv_read_slots: int = 0  # cached KV slots read: the context before each chunk
+    num_prefill_chunks: int = 0  # chunks of more than one token
     num_preempted: int = 0
     num_swapped_out_groups: int = 0
     memory_blocked: bool = False
@@ -62,6 +68,19 @@ class StepPlan:
     @property
     def is_empty(self) -> bool:
         return not self.chunks
+
+
+def _count_chunk(plan: StepPlan, chunk: ScheduledChunk, sign: int) -> None:
+    """Add (``sign`` 1) or take back (-1) ``chunk``'s share of the plan's totals."""
+    n, start = chunk.end - chunk.start, chunk.start
+    plan.num_batched_tokens += sign * n
+    if chunk.end < chunk.seq.num_tokens or n > 1 or chunk.members:
+        plan.num_prefill_tokens += sign * n
+    plan.num_seqs += sign * (1 + len(chunk.members))
+    # token i (0-based in the chunk) attends to start + i + 1 positions
+    plan.attention_pairs += sign * (n * start + n * (n + 1) // 2)
+    plan.kv_read_slots += sign * start
+    plan.num_prefill_chunks += sign * (n > 1)
 
 
 class Scheduler:
@@ -158,27 +177,33 @@ class Scheduler:
         seqs: list[Sequence] = []
         seq_ids: list[int] = []
         tokens: list[int] = []
+        starts: list[int] = []
         for group in running[index:index + self._budget]:
             group_seqs = group.seqs
             if len(group_seqs) != 1:
                 break
             seq = group_seqs[0]
             generated = seq.generated
-            if seq.num_computed != len(seq.prompt) + len(generated) - 1:
+            start = seq.num_computed
+            if start != seq.prompt_len + len(generated) - 1:
                 break
             seqs.append(seq)
             seq_ids.append(seq.seq_id)
             tokens.append(generated[-1] if generated else int(seq.prompt[-1]))
+            starts.append(start)
         if not seqs:
             return index
         done = batch_decode(seq_ids, tokens, plan.copies)
         if done:
             if done < len(seqs):
-                del seqs[done:]
-            plan.chunks.extend([ScheduledChunk(seq, seq.num_computed, seq.num_computed + 1)
-                                for seq in seqs])
+                del seqs[done:], starts[done:]
+            plan.chunks.extend(map(ScheduledChunk, seqs, starts, [s + 1 for s in starts]))
             self._budget -= done
             plan.num_batched_tokens += done
+            plan.num_seqs += done
+            kv_read = sum(starts)
+            plan.kv_read_slots += kv_read
+            plan.attention_pairs += kv_read + done  # a decode token attends to start + 1
         return index + done
 
     def _extend_group(self, group: SequenceGroup, plan: StepPlan) -> bool:
@@ -203,9 +228,7 @@ class Scheduler:
         plan.chunks.append(chunk)
         self._scheduled.add(chunk.seq.seq_id)
         self._budget -= chunk.num_tokens
-        plan.num_batched_tokens += chunk.num_tokens
-        if chunk.end < chunk.seq.num_tokens or chunk.num_tokens > 1 or chunk.members:
-            plan.num_prefill_tokens += chunk.num_tokens
+        _count_chunk(plan, chunk, 1)
 
     def _unschedule(self, group: SequenceGroup, plan: StepPlan) -> None:
         ids = {seq.seq_id for seq in group.seqs}
@@ -215,9 +238,7 @@ class Scheduler:
         for chunk in plan.chunks:
             if chunk.seq.seq_id in ids:
                 self._budget += chunk.num_tokens
-                plan.num_batched_tokens -= chunk.num_tokens
-                if chunk.end < chunk.seq.num_tokens or chunk.num_tokens > 1 or chunk.members:
-                    plan.num_prefill_tokens -= chunk.num_tokens
+                _count_chunk(plan, chunk, -1)
             else:
                 kept.append(chunk)
         plan.chunks[:] = kept
@@ -365,52 +386,61 @@ class Scheduler:
         ``sampled`` maps seq_id -> generated token (torch executor); None uses the
         sim's deterministic synthetic tokens. Returns the groups that finished.
         """
-        touched: dict[SequenceGroup, None] = {}  # insertion order = chunk order
+        # Groups to look at after sampling, in chunk order (the order finished ones are
+        # freed): single-sequence groups that just finished, and every multi-sequence
+        # group that sampled (its beams may need re-selecting).
+        candidates: dict[SequenceGroup, None] = {}
         for chunk in plan.chunks:
             end = chunk.end
             seq = chunk.seq
             seq.num_computed = end
             generated = seq.generated
-            if end == len(seq.prompt) + len(generated):
-                generated.append(sampled[seq.seq_id] if sampled is not None
-                                 else seq.synthetic_token_at(len(generated)))
-                touched[seq.group] = None
-            for seq in chunk.members:
-                seq.num_computed = end
-                generated = seq.generated
-                if end == len(seq.prompt) + len(generated):
-                    generated.append(sampled[seq.seq_id] if sampled is not None
-                                     else seq.synthetic_token_at(len(generated)))
-                    touched[seq.group] = None
+            g = len(generated)
+            if end == seq.prompt_len + g:
+                if sampled is not None:
+                    generated.append(sampled[seq.seq_id])
+                elif (offset := seq.synthetic_offset) >= 0:  # synthetic_token_at, inlined
+                    generated.append(SYNTHETIC_TOKEN_BASE + (offset + g) % SYNTHETIC_TOKEN_BASE)
+                else:
+                    generated.append(seq.synthetic_token_at(g))
+                group = seq.group
+                if group.first_token_time is None:
+                    group.first_token_time = now
+                if len(group.seqs) != 1 or g + 1 >= seq.output_len:
+                    candidates[group] = None
+            for member in chunk.members:
+                member.num_computed = end
+                generated = member.generated
+                g = len(generated)
+                if end == member.prompt_len + g:
+                    generated.append(sampled[member.seq_id] if sampled is not None
+                                     else member.synthetic_token_at(g))
+                    group = member.group
+                    if group.first_token_time is None:
+                        group.first_token_time = now
+                    candidates[group] = None
         finished = []
-        for group in touched:
-            if group.first_token_time is None:
-                group.first_token_time = now
+        for group in candidates:
             seqs = group.seqs
-            output_len = group.request.output_len
-            if len(seqs) == 1:
-                if len(seqs[0].generated) < output_len:
-                    continue
-            elif not seqs:
+            if not seqs:
                 continue
-            elif not all(len(seq.generated) >= output_len for seq in seqs):
+            output_len = group.request.output_len
+            if len(seqs) > 1 and not all(len(seq.generated) >= output_len for seq in seqs):
                 if group.request.beam_width > 1:
                     self._reselect_beams(group)
                 continue
-            for seq in seqs:
-                self.manager.free(seq.seq_id)
-            self.running.remove(group)
-            self.num_running_seqs -= len(seqs)
-            group.finish_time = now
-            self._beam_rngs.pop(group.request.request_id, None)
+            self._finish(group, now)
             finished.append(group)
         return finished
 
-    def finish_decoded(self, now: float) -> list[SequenceGroup]:
+    def finish_decoded(self, now: float,
+                       candidates: list[SequenceGroup] | None = None) -> list[SequenceGroup]:
         """Free the running groups whose every sequence has generated its output (after a
-        fast-forwarded decode step), in running order, as ``postprocess`` frees them."""
+        fast-forwarded decode step), in running order, as ``postprocess`` frees them.
+        ``candidates``: the running groups that may have finished, in running order
+        (default: every running group)."""
         finished = []
-        for group in self.running:
+        for group in self.running if candidates is None else candidates:
             seqs = group.seqs
             output_len = group.request.output_len
             if len(seqs) == 1:
@@ -419,13 +449,17 @@ class Scheduler:
             elif seqs and all(len(seq.generated) >= output_len for seq in seqs):
                 finished.append(group)
         for group in finished:
-            for seq in group.seqs:
-                self.manager.free(seq.seq_id)
-            self.running.remove(group)
-            self.num_running_seqs -= len(group.seqs)
-            group.finish_time = now
-            self._beam_rngs.pop(group.request.request_id, None)
+            self._finish(group, now)
         return finished
+
+    def _finish(self, group: SequenceGroup, now: float) -> None:
+        """Free a group whose every sequence has generated its output."""
+        for seq in group.seqs:
+            self.manager.free(seq.seq_id)
+        self.running.remove(group)
+        self.num_running_seqs -= len(group.seqs)
+        group.finish_time = now
+        self._beam_rngs.pop(group.request.request_id, None)
 
     def _reselect_beams(self, group: SequenceGroup) -> None:
         """Keep k candidates drawn (seeded) from the current beams: drop some, fork others."""

@@ -18,20 +18,29 @@ class Sequence:
     ``num_tokens - num_computed`` more before it can sample the next token.
     """
 
-    __slots__ = ("seq_id", "group", "lineage", "prompt", "generated", "num_computed")
+    __slots__ = ("seq_id", "group", "lineage", "prompt", "generated", "num_computed",
+                 "prompt_len", "output_len", "synthetic_offset")
 
     def __init__(self, seq_id: int, group: "SequenceGroup", lineage: int,
                  generated: list[int] | None = None) -> None:
+        request = group.request
         self.seq_id = seq_id
         self.group = group
         self.lineage = lineage  # which sample / beam of its request this is
-        self.prompt: np.ndarray = group.request.prompt_token_ids  # [prompt_len] int32
+        self.prompt: np.ndarray = request.prompt_token_ids  # [prompt_len] int32
         self.generated: list[int] = generated if generated is not None else []
         self.num_computed = 0
+        # NOTE: constants read on the per-step hot paths (cheaper than the attribute chains)
+        self.prompt_len = len(self.prompt)
+        self.output_len = request.output_len
+        # generated token i is SYNTHETIC_TOKEN_BASE + (offset + i) % SYNTHETIC_TOKEN_BASE;
+        # -1: the workload gives them (request.output_token_ids)
+        self.synthetic_offset = -1 if lineage == 0 and request.output_token_ids is not None \
+            else (request.request_id * 1_000_003 + lineage * 7_919) % SYNTHETIC_TOKEN_BASE
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt) + len(self.generated)
+        return self.prompt_len + len(self.generated)
 
     @property
     def final_len(self) -> int:
@@ -39,11 +48,11 @@ class Sequence:
 
     @property
     def finished(self) -> bool:
-        return len(self.generated) >= self.group.request.output_len
+        return len(self.generated) >= self.output_len
 
     def token_ids(self, start: int, end: int) -> np.ndarray:
         """Token ids at positions [start, end) as an int32 array."""
-        prompt_len = len(self.prompt)
+        prompt_len = self.prompt_len
         if end <= prompt_len:
             return self.prompt[start:end]
         tail = np.asarray(self.generated[max(start - prompt_len, 0):end - prompt_len], dtype=np.int32)
@@ -57,18 +66,17 @@ class Sequence:
 
     def synthetic_token_at(self, position: int) -> int:
         """Generated token ``position``: deterministic per request, lineage and position."""
-        request = self.group.request
-        if self.lineage == 0 and request.output_token_ids is not None:
-            return int(request.output_token_ids[position])
-        mix = request.request_id * 1_000_003 + self.lineage * 7_919 + position
-        return SYNTHETIC_TOKEN_BASE + mix % SYNTHETIC_TOKEN_BASE
+        offset = self.synthetic_offset
+        if offset < 0:
+            return int(self.group.request.output_token_ids[position])
+        return SYNTHETIC_TOKEN_BASE + (offset + position) % SYNTHETIC_TOKEN_BASE
 
     def synthetic_tokens(self, first: int, count: int) -> list[int]:
         """Generated tokens ``first .. first + count - 1``: ``synthetic_token_at`` of each."""
-        request = self.group.request
-        if self.lineage == 0 and request.output_token_ids is not None:
-            return request.output_token_ids[first:first + count].tolist()
-        start = (request.request_id * 1_000_003 + self.lineage * 7_919 + first) % SYNTHETIC_TOKEN_BASE
+        offset = self.synthetic_offset
+        if offset < 0:
+            return self.group.request.output_token_ids[first:first + count].tolist()
+        start = (offset + first) % SYNTHETIC_TOKEN_BASE
         if start + count <= SYNTHETIC_TOKEN_BASE:  # no wrap-around: a plain range
             return list(range(SYNTHETIC_TOKEN_BASE + start, SYNTHETIC_TOKEN_BASE + start + count))
         return [self.synthetic_token_at(first + j) for j in range(count)]

@@ -98,20 +98,11 @@ class SimExecutor:
         self.copy_unit_slots = copy_unit_slots  # slots per copied unit (block size, or 1)
 
     def execute(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
-        attention_pairs = 0.0
-        kv_read = 0
-        num_seqs = prefill_chunks = 0
-        for chunk in plan.chunks:
-            n, start = chunk.num_tokens, chunk.start
-            # token i (0-based in the chunk) attends to start + i + 1 positions
-            attention_pairs += n * start + n * (n + 1) / 2
-            kv_read += start
-            num_seqs += 1 + len(chunk.members)
-            prefill_chunks += n > 1
         copied = len(plan.copies) * self.copy_unit_slots
         swapped = (len(plan.swap_in) + len(plan.swap_out)) * self.copy_unit_slots
-        cost = self.cost_model.step_cost(plan.num_batched_tokens, attention_pairs, kv_read,
-                                         copied, swapped, num_seqs, prefill_chunks)
+        cost = self.cost_model.step_cost(plan.num_batched_tokens, plan.attention_pairs,
+                                         plan.kv_read_slots, copied, swapped, plan.num_seqs,
+                                         plan.num_prefill_chunks)
         return cost.seconds, None
 
     def decode_durations(self, sum_positions: int, num_seqs: int, span: int) -> np.ndarray:
