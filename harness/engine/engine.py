@@ -11,7 +11,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from harness.config import EngineSpec
-from harness.engine.fast_forward import fast_forward, plan_allows_fast_forward
+from harness.engine.fast_forward import Arrivals, fast_forward, plan_allows_fast_forward
 from harness.engine.scheduler import Scheduler, StepPlan
 from harness.engine.sequence import SequenceGroup
 from harness.errors import PagebenchError
@@ -99,12 +99,15 @@ def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Ex
     complete, stop_reason = True, None
     last_progress = wall_start
     bulk = spec.fast_forward and hasattr(executor, "decode_durations")
+    # NOTE: a request's rejection depends only on the system's fixed sizes: decided up front
+    reasons = [rejection_reason(r, scheduler, spec, max_model_len) for r in requests]
+    arrivals = Arrivals.of(requests, reasons) if bulk else None
 
     while True:
         while next_arrival < num_requests and requests[next_arrival].arrival_time <= now:
             request = requests[next_arrival]
+            reason = reasons[next_arrival]
             next_arrival += 1
-            reason = rejection_reason(request, scheduler, spec, max_model_len)
             if reason is not None:
                 rejected[reason] = rejected.get(reason, 0) + 1
                 recorder.record_request(_request_row(request, None, "rejected"))
@@ -146,10 +149,10 @@ def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Ex
                              plan.num_batched_tokens, plan.num_prefill_tokens,
                              len(scheduler.waiting), plan.num_preempted, memory)
         if bulk and plan_allows_fast_forward(plan, scheduler, bool(finished)):
+            arrivals.next = next_arrival
             while True:  # steady decode spans; several in a row while requests finish
-                arrival = requests[next_arrival].arrival_time if next_arrival < num_requests else None
                 advanced = fast_forward(scheduler, executor, recorder, plan.memory_blocked, now,
-                                        arrival)
+                                        arrivals)
                 if advanced is None:
                     break
                 now = advanced.now

@@ -40,6 +40,32 @@ _BREAKDOWN_COLUMNS = (*MEMORY_CATEGORIES, "logical_tokens", "allocated_slots",
 
 
 @dataclass
+class Arrivals:
+    """The requests yet to arrive, as fast-forward needs them."""
+
+    times: np.ndarray  # [num_requests] float64 arrival times, ascending
+    joins: np.ndarray  # [num_requests + 1] int64: requests among the first i that are not rejected
+    next: int = 0  # the first request that has not arrived
+
+    @classmethod
+    def of(cls, requests, reasons: list[str | None]) -> "Arrivals":
+        """From the run's requests and each one's rejection reason (None: it joins the queue)."""
+        times = np.fromiter((r.arrival_time for r in requests), np.float64, len(requests))
+        joined = np.fromiter((reason is None for reason in reasons), np.int64, len(reasons))
+        return cls(times, np.concatenate(([0], np.cumsum(joined))))
+
+    @property
+    def next_time(self) -> float | None:
+        return float(self.times[self.next]) if self.next < len(self.times) else None
+
+    def joined_by(self, starts: np.ndarray) -> np.ndarray:
+        """[len(starts)]: requests that join the waiting queue before a step starting at each
+        time (the engine takes arrivals at or before a step's start)."""
+        arrived = np.searchsorted(self.times, starts, side="right")
+        return self.joins[np.maximum(arrived, self.next)] - self.joins[self.next]
+
+
+@dataclass
 class Advance:
     """What one ``fast_forward`` call did."""
 
@@ -61,8 +87,17 @@ def plan_allows_fast_forward(plan: StepPlan, scheduler: Scheduler, finished_any:
 
 
 def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_blocked: bool,
-                 now: float, next_arrival_time: float | None) -> Advance | None:
-    """Run as many steady decode steps as possible in bulk, or return None (nothing done)."""
+                 now: float, arrivals: Arrivals) -> Advance | None:
+    """Run as many steady decode steps as possible in bulk, or return None (nothing done).
+
+    The caller has checked that admission stays closed while the running sequences
+    decode (``plan_allows_fast_forward``). When requests wait, new arrivals join the
+    queue behind its head and cannot be admitted before it: they do not end the span
+    (the step rows count them as waiting; the engine queues them afterwards). When
+    none waits, the span ends with the step in which the next request arrives.
+    """
+    queue_behind = bool(scheduler.waiting)
+    next_arrival_time = None if queue_behind else arrivals.next_time
     if next_arrival_time is not None and next_arrival_time <= now:
         return None  # it joins the queue before the next schedule
     manager = scheduler.manager
@@ -176,10 +211,15 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_b
         largest_free = [base.largest_free_extent] * span
         free = [base.capacity_slots - base.allocated_slots] * span
     zeros = [0] * span
+    starts = np.concatenate(([now], ends[:-1]))  # [span] each step's start: the loop's clock
+    if queue_behind:  # arrivals join before each step starts
+        num_waiting = (len(scheduler.waiting) + arrivals.joined_by(starts)).tolist()
+    else:
+        num_waiting = [len(scheduler.waiting)] * span
     columns = dict(
-        time_s=(ends - durations).tolist(), duration_s=durations.tolist(),
+        time_s=starts.tolist(), duration_s=durations.tolist(),
         num_seqs=[num_seqs] * span, num_batched_tokens=[num_seqs] * span,
-        num_prefill_tokens=zeros, num_waiting=[len(scheduler.waiting)] * span,
+        num_prefill_tokens=zeros, num_waiting=num_waiting,
         num_preempted=zeros, token_states=token_states, reserved=reserved,
         internal_over_reservation=[base.internal_over_reservation] * span,
         internal_rounding=rounding,
