@@ -19,8 +19,10 @@ from harness.metrics import RunRecorder
 from harness.workloads.request import Request
 
 
-def _int64_bytes(values: list[int]) -> bytes:
+def _int64_bytes(values: array) -> bytes:
     """The bytes of ``np.asarray(values, np.int64)`` (native int64), without numpy's overhead."""
+    if isinstance(values, array) and values.typecode == "q":
+        return values.tobytes()
     try:
         return array("q", values).tobytes()
     except TypeError:  # e.g. 0-d tensors without __index__: let numpy convert them

@@ -23,6 +23,7 @@ they are never chunked and are preempted by restarting from scratch.
 from __future__ import annotations
 
 import random
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -113,7 +114,7 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 
-    def _new_seq(self, group: SequenceGroup, generated: list[int] | None = None) -> Sequence:
+    def _new_seq(self, group: SequenceGroup, generated: array | None = None) -> Sequence:
         seq = Sequence(self._next_seq_id, group, group.next_lineage, generated)
         self._next_seq_id += 1
         group.next_lineage += 1
@@ -479,7 +480,7 @@ class Scheduler:
         for i in picks:
             if i in seen:
                 parent = beams[i]
-                child = self._new_seq(group, list(parent.generated))
+                child = self._new_seq(group, array("q", parent.generated))
                 # a different candidate token than the parent's: the beams diverge here
                 child.generated[-1] = child.synthetic_token_at(len(parent.generated) - 1)
                 copies = self.manager.fork(parent.seq_id, child.seq_id, child.final_len)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from array import array
+from typing import Sequence as SequenceOf
+
 import numpy as np
 
 from harness.workloads.request import Request
@@ -22,13 +25,14 @@ class Sequence:
                  "prompt_len", "output_len", "synthetic_offset")
 
     def __init__(self, seq_id: int, group: "SequenceGroup", lineage: int,
-                 generated: list[int] | None = None) -> None:
+                 generated: array | None = None) -> None:
         request = group.request
         self.seq_id = seq_id
         self.group = group
         self.lineage = lineage  # which sample / beam of its request this is
         self.prompt: np.ndarray = request.prompt_token_ids  # [prompt_len] int32
-        self.generated: list[int] = generated if generated is not None else []
+        # int64 ids: cheap to extend by a range and to hash (its bytes are the digest's)
+        self.generated: array = generated if generated is not None else array("q")
         self.num_computed = 0
         # NOTE: constants read on the per-step hot paths (cheaper than the attribute chains)
         self.prompt_len = len(self.prompt)
@@ -71,14 +75,15 @@ class Sequence:
             return int(self.group.request.output_token_ids[position])
         return SYNTHETIC_TOKEN_BASE + (offset + position) % SYNTHETIC_TOKEN_BASE
 
-    def synthetic_tokens(self, first: int, count: int) -> list[int]:
-        """Generated tokens ``first .. first + count - 1``: ``synthetic_token_at`` of each."""
+    def synthetic_tokens(self, first: int, count: int) -> SequenceOf[int]:
+        """Generated tokens ``first .. first + count - 1``: ``synthetic_token_at`` of each
+        (a ``range`` when they are consecutive ids)."""
         offset = self.synthetic_offset
         if offset < 0:
             return self.group.request.output_token_ids[first:first + count].tolist()
         start = (offset + first) % SYNTHETIC_TOKEN_BASE
         if start + count <= SYNTHETIC_TOKEN_BASE:  # no wrap-around: a plain range
-            return list(range(SYNTHETIC_TOKEN_BASE + start, SYNTHETIC_TOKEN_BASE + start + count))
+            return range(SYNTHETIC_TOKEN_BASE + start, SYNTHETIC_TOKEN_BASE + start + count)
         return [self.synthetic_token_at(first + j) for j in range(count)]
 
 
