@@ -92,6 +92,9 @@ class KVCacheManager(Protocol):
     def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
         """Prompt tokens ``admit`` would serve from the prefix cache now (0 without one)."""
 
+    def can_admit(self, prompt_token_ids: Sequence[int], final_len: int, num_tokens: int) -> bool:
+        """Would ``admit`` (with these arguments, any new id) succeed now? Changes nothing."""
+
     def admit(
         self, seq_id: int, prompt_token_ids: Sequence[int], final_len: int, num_tokens: int
     ) -> Admission | None:

@@ -145,6 +145,11 @@ class ContiguousKVCacheManager:
                              f"{self.max_model_len}; reject it (fits_empty_pool is False) or "
                              "raise max_model_len")
 
+    def can_admit(self, prompt_token_ids: Sequence[int], final_len: int, num_tokens: int) -> bool:
+        """Would ``admit`` succeed now: does the arena have room for the reservation?"""
+        reservation = self.reservation(len(prompt_token_ids), final_len)
+        return self.arena.largest_free_extent() >= self.arena.taken_size(reservation)
+
     def admit(self, seq_id: int, prompt_token_ids: Sequence[int], final_len: int,
               num_tokens: int) -> Admission | None:
         """Reserve the whole extent now and mark the first ``num_tokens`` slots written.

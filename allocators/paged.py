@@ -244,6 +244,16 @@ class PagedKVCacheManager:
             s.room = 0
 
     # ----------------------------------------------------------- life cycle
+    def can_admit(self, prompt_token_ids: Sequence[int], final_len: int, num_tokens: int) -> bool:
+        """Would ``admit`` succeed now? Changes nothing."""
+        bs, pool = self.block_size, self.pool
+        hits: list[int] = []
+        if self.enable_prefix_caching:
+            hits = self._prefix_hits(_token_bytes(prompt_token_ids), len(prompt_token_ids))[0]
+        need = -(-max(num_tokens, len(hits) * bs) // bs) - len(hits)
+        reclaimed = list(map(pool.ref_cnt.__getitem__, hits)).count(0)
+        return need <= pool.num_free - reclaimed
+
     def admit(self, seq_id: int, prompt_token_ids: Sequence[int], final_len: int,
               num_tokens: int) -> Admission | None:
         """Start ``seq_id``; allocate blocks for its first ``max(num_tokens, cached)`` tokens.

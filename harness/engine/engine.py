@@ -150,11 +150,11 @@ def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Ex
         recorder.record_step(start, duration, plan.num_seqs,
                              plan.num_batched_tokens, plan.num_prefill_tokens,
                              len(scheduler.waiting), plan.num_preempted, memory)
-        if bulk and plan_allows_fast_forward(plan, scheduler, bool(finished)):
+        if bulk and plan_allows_fast_forward(plan, scheduler):
             arrivals.next = next_arrival
+            freed = bool(finished)
             while True:  # steady decode spans; several in a row while requests finish
-                advanced = fast_forward(scheduler, executor, recorder, plan.memory_blocked, now,
-                                        arrivals)
+                advanced = fast_forward(scheduler, executor, recorder, freed, now, arrivals)
                 if advanced is None:
                     break
                 now = advanced.now
@@ -165,6 +165,7 @@ def run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: Ex
                     finished_count += 1
                 if not advanced.may_continue:
                     break
+                freed = True
         if stop_requested is not None:
             reason = stop_requested()
             if reason:

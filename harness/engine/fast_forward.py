@@ -1,22 +1,25 @@
 """Advance many pure-decode steps at once, keeping every per-step figure exact.
 
-Between events (an arrival, a preemption, a prefill, a copy-on-write, a waiting
-request becoming admissible) every running sequence only appends one token per
-step, and the scheduler's decisions cannot change: memory only shrinks, so a
-request refused for memory stays refused, and the token budget and sequence count
-stay as they are (``Scheduler.admission_blocked_while_decoding``). The sim executor
-can therefore charge K such steps in closed form, append K tokens per sequence in
-one manager call, and write K step rows computed from per-sequence formulas,
-instead of looping K times.
+Between events (a preemption, a prefill, a copy-on-write, a finish, an arrival at
+an empty queue, a waiting request becoming admissible) every running sequence only
+appends one token per step, and the scheduler's decisions cannot change: memory
+only shrinks, so a request that does not fit stays out, and the token budget and
+sequence count stay as they are (``Scheduler.admission_while_decoding``). Requests
+that arrive while others wait queue behind the waiting head, which stays refused:
+they do not end the span (only its ``num_waiting`` column counts them). The sim
+executor can therefore charge K such steps in closed form, append K tokens per
+sequence in one manager call, and write K step rows computed from per-sequence
+formulas, instead of looping K times.
 
 A span may end with the step in which requests finish: their last tokens are
 appended, they are freed in running order (as ``Scheduler.postprocess`` frees
 them) and that step's memory figures are read from the manager after the frees.
-When nothing waits, the next span starts right away (the engine calls again).
+When admission stays closed after the frees (nothing waits, or the waiting head
+still does not fit), the next span starts right away (the engine calls again).
 
-``tests/test_engine_fast_forward.py`` checks that every step row equals the
-step-by-step run (block ids may differ: a bulk append takes a sequence's new
-blocks together, but no figure depends on which ids they are).
+``tests/test_engine_fast_forward.py`` checks that every step row, clock included,
+equals the step-by-step run bit for bit (block ids may differ: a bulk append takes
+a sequence's new blocks together, but no figure depends on which ids they are).
 """
 
 from __future__ import annotations
@@ -71,27 +74,26 @@ class Advance:
 
     now: float  # the clock after the last step of the span
     finished: list[SequenceGroup]  # groups that finished in the last step, in running order
-    may_continue: bool  # the span ended only because requests finished and nothing waits
+    may_continue: bool  # the span ended only because requests finished: try another
 
 
-def plan_allows_fast_forward(plan: StepPlan, scheduler: Scheduler, finished_any: bool) -> bool:
+def plan_allows_fast_forward(plan: StepPlan, scheduler: Scheduler) -> bool:
     """Cheap checks on the step that just ran: can steady decode steps follow it?
 
-    The step itself may have admitted and prefilled requests; ``fast_forward`` then
-    checks that every running sequence is decoding.
+    The step itself may have admitted and prefilled requests, or preempted some by
+    recompute; ``fast_forward`` then checks that every running sequence is decoding,
+    and that admission stays closed.
     """
-    if (plan.num_preempted or plan.swap_in or plan.swap_out or plan.copies
-            or scheduler.swapped or scheduler._pending_copies or not scheduler.num_running_seqs):
-        return False
-    return scheduler.admission_blocked_while_decoding(freed_memory=finished_any)
+    return not (plan.swap_in or plan.swap_out or plan.copies or scheduler.swapped
+                or scheduler._pending_copies or not scheduler.num_running_seqs)
 
 
-def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_blocked: bool,
+def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_memory: bool,
                  now: float, arrivals: Arrivals) -> Advance | None:
     """Run as many steady decode steps as possible in bulk, or return None (nothing done).
 
-    The caller has checked that admission stays closed while the running sequences
-    decode (``plan_allows_fast_forward``). When requests wait, new arrivals join the
+    ``freed_memory``: a request finished since the last ``schedule()`` (see
+    ``Scheduler.admission_while_decoding``). When requests wait, new arrivals join the
     queue behind its head and cannot be admitted before it: they do not end the span
     (the step rows count them as waiting; the engine queues them afterwards). When
     none waits, the span ends with the step in which the next request arrives.
@@ -127,6 +129,9 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_b
             computed.append(c)
             remaining_list.append(seq.output_len - g)
     num_seqs = len(seqs)
+    memory_blocked = scheduler.admission_while_decoding(freed_memory)
+    if memory_blocked is None:
+        return None  # the next step may admit
     if paged and manager.has_shared_partial_blocks:
         if not all(manager.can_append_without_copy(s.seq_id) for s in seqs):
             return None  # a shared partial block must be copied first
@@ -261,8 +266,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, memory_b
         after = manager.breakdown(memory_blocked)
         for name in _BREAKDOWN_COLUMNS:
             rows[name][-1] = getattr(after, name)
-    may_continue = (finishing and bool(finished) and not arrived and not scheduler.waiting
-                    and scheduler.num_running_seqs > 0)
+    may_continue = finishing and bool(finished) and not arrived and scheduler.num_running_seqs > 0
     return Advance(end_time, finished, may_continue)
 
 

@@ -350,34 +350,59 @@ class Scheduler:
             else:  # the whole first chunk was cached: compute the next one if budget allows
                 self._extend_group(group, plan)
 
-    def admission_blocked_while_decoding(self, freed_memory: bool) -> bool:
-        """Would ``schedule()`` admit nothing at every step from now on, for as long as
-        the running sequences only decode one token each (no finish, arrival,
-        preemption or swap)? Used to fast-forward such steps.
+    def admission_while_decoding(self, freed_memory: bool) -> bool | None:
+        """Does ``schedule()`` stay closed to the waiting requests at every step from now on,
+        for as long as the running sequences only decode one token each (no finish,
+        preemption or swap, no arrival at an empty queue)? Used to fast-forward such steps.
 
-        True when nothing waits, when static scheduling keeps admission closed, when
-        ``max_num_seqs`` or the token budget left by the decoding sequences refuses the
-        waiting head (they stay as they are), or when the last ``schedule()`` refused
-        that head for memory and none was freed since (``freed_memory``: a request
-        finished after it): decoding only takes memory.
+        None: a step may admit. Otherwise whether those steps are memory-blocked (their
+        waiting head refused for memory):
+
+        - False when nothing waits, when static scheduling keeps admission closed, or
+          when ``max_num_seqs`` or the token budget left by the decoding sequences
+          refuses the waiting head (they stay as they are);
+        - True when the last ``schedule()`` refused that head for memory and none was
+          freed since (``freed_memory``: a request finished after it), or when the head
+          does not fit the free memory now: decoding only takes memory (and evicts
+          cached blocks), so it fits no better later.
         """
         if not self.waiting:
-            return True
+            return False
         if self.spec.scheduling != "continuous":
-            return bool(self.running or self.swapped)
+            return False if self.running or self.swapped else None
         group = self.waiting[0]
         width = group.width
         budget = self.spec.max_num_batched_tokens - self.num_running_seqs
         if self.num_running_seqs + width > self.spec.max_num_seqs or budget <= 0:
-            return True
+            return False
         if not (width == 1 and self.spec.chunked_prefill):
             seq = group.seqs[0] if group.seqs else None
             total = seq.num_tokens if seq is not None else group.request.prompt_len
             if total > budget:
                 tokens = seq.token_ids(0, total) if seq is not None else group.request.prompt_token_ids
                 if total - self.manager.cached_prefix_tokens(tokens) > budget:
-                    return True
-        return not freed_memory and self._memory_refused is group
+                    return False
+        if not freed_memory and self._memory_refused is group:
+            return True
+        return True if self._refused_for_memory(group, budget) else None
+
+    def _refused_for_memory(self, group: SequenceGroup, budget: int) -> bool:
+        """Would ``_admit`` refuse the waiting head ``group`` for memory now, with ``budget``
+        tokens left? (The caller has checked ``max_num_seqs`` and the budget.)"""
+        if group.width != 1:
+            return False  # NOTE: its forks may need memory too: only admitting it tells
+        seq = group.seqs[0] if group.seqs else None
+        if seq is not None:  # restarted after a preemption: prompt and generated tokens
+            total = seq.num_tokens
+            tokens = seq.token_ids(0, total)
+        else:
+            tokens = group.request.prompt_token_ids
+            total = len(tokens)
+        target = total
+        if self.spec.chunked_prefill:  # as _admit: only uncached tokens count against it
+            cached = self.manager.cached_prefix_tokens(tokens) if total > budget else 0
+            target = min(total, cached + budget)
+        return not self.manager.can_admit(tokens, group.request.kv_len, target)
 
     # ------------------------------------------------------------- postprocess
     def postprocess(self, plan: StepPlan, now: float,
