@@ -74,7 +74,7 @@ def read_results(path: Path) -> dict:
 
 
 # Config keys that cannot change results (they are left out of the hash).
-_NOT_HASHED = ("progress",)
+_NOT_HASHED = ("progress", "jobs")  # how a run is shown and spread, not what it computes
 
 
 def config_hash(cfg: Any) -> str:

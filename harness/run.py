@@ -1,29 +1,46 @@
-"""One run: compose the specs, run every system on one workload, write everything."""
+"""One run: compose the specs, run every system on one workload, write everything.
+
+On the sim executor the systems are independent simulations, so ``jobs`` of them run
+at once in worker processes; the results are byte-identical to running them one
+after the other.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
+import multiprocessing
+import pickle
 import platform
+import signal
 import sys
+import threading
 import time
-from dataclasses import asdict
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
+
+import pandas as pd
 
 from harness import __version__
 from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, build_spec,
-                            select_systems, to_plain, validate_block_size)
+                            select_systems, validate_block_size)
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
 from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.errors import ConfigError
 from harness.metrics import memory_summary, serving_summary
-from harness.interrupts import deferred_interrupt
+from harness.interrupts import InterruptFlag, deferred_interrupt
 from harness.results import SCHEMA_VERSION, config_hash, write_json, write_table
 from harness.systems import build_manager
 
+if TYPE_CHECKING:
+    from harness.workloads import Workload
+
 TOP_LEVEL_KEYS = {"workload", "model", "hardware", "engine", "allocator", "run", "block_size",
-                  "seed", "systems", "progress", "kernel_bench", "experiment"}
+                  "seed", "systems", "progress", "jobs", "kernel_bench", "experiment"}
+# How often the parent looks for Ctrl-C while worker processes run.
+_POLL_S = 0.2
 
 
 def check_top_level(cfg: Any) -> None:
@@ -33,8 +50,56 @@ def check_top_level(cfg: Any) -> None:
                           f"{', '.join(sorted(TOP_LEVEL_KEYS))}")
 
 
+def resolve_jobs(value: Any, executor: str, num_systems: int) -> int:
+    """How many systems run at once: ``jobs`` ("auto" or a positive integer), at most one
+    per system; always 1 on the torch executor, which owns the device."""
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"jobs: must be a positive integer or 'auto' (one process per system, "
+                          f"up to the number of cores), got {value!r}")
+    if executor != "sim":
+        return 1
+    if value == "auto":
+        from harness.studies.runner import default_workers
+
+        value = default_workers()
+    return min(value, num_systems)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every system of a run shares; a worker process receives it once."""
+
+    workload: Workload
+    model: ModelSpec
+    hardware: HardwareSpec
+    engine: EngineSpec
+    capacity: int
+    max_model_len: int
+    seed: int
+    out_dir: Path
+
+
+@dataclass
+class SystemOutcome:
+    """One system's run once its tables are written: what results.json and run_info.json
+    need, small and picklable (no live scheduler)."""
+
+    system: SystemSpec
+    summary: dict
+    num_steps: int
+    wall_time_s: float
+    telemetry_rows: list[dict]
+
+    def run_info(self) -> dict:
+        """The system's entry in run_info.json."""
+        wall = self.wall_time_s
+        return {"wall_time_s": round(wall, 3),
+                "steps_per_s": round(self.num_steps / wall, 1) if wall else None}
+
+
 def run_serving(cfg: Any, out_dir: Path) -> dict:
-    """Run the configured systems on the workload; write results.json, tables, report."""
+    """Run the configured systems on the workload (``jobs`` of them at once); write
+    results.json, tables, report."""
     from harness.workloads import build_workload
 
     check_top_level(cfg)
@@ -56,6 +121,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
             f"engine.max_num_batched_tokens, lower engine.max_model_len, or set "
             "engine.chunked_prefill=true")
     systems = select_systems(cfg.systems, cfg.allocator, block_size)
+    jobs = resolve_jobs(cfg.get("jobs", "auto"), engine.executor, len(systems))
     # torch: from the real device (weights + profiled activations); sim: the hardware profile
     capacity = executor_capacity_slots(model, hardware, engine, max_model_len=max_model_len,
                                        seed=seed)
@@ -65,6 +131,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
                               f"({capacity} slots)")
 
     workload = build_workload(cfg.workload, seed=seed, max_model_len=max_model_len)
+    context = RunContext(workload, model, hardware, engine, capacity, max_model_len, seed, out_dir)
     show_progress = bool(cfg.get("progress", True))
     print(f"pagebench {__version__}: workload={workload.name} ({len(workload.requests)} requests) "
           f"model={model.name} hardware={hardware.name} executor={engine.executor} capacity={capacity} slots "
@@ -88,38 +155,27 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     run_info: dict[str, Any] = {
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "python": platform.python_version(),
-        "platform": platform.platform(), "systems": {},
+        "platform": platform.platform(), "jobs": jobs, "systems": {},
     }
     total_start = time.perf_counter()
-    telemetry_rows: list[dict] = []
+    outcomes: dict[str, SystemOutcome] = {}
+
+    def record(outcome: SystemOutcome) -> None:
+        outcomes[outcome.system.name] = outcome
+        print(f"  {outcome.system.name}: {outcome.num_steps} steps in {outcome.wall_time_s:.2f} s "
+              f"wall ({outcome.run_info()['steps_per_s']} simulated steps/s)", file=sys.stderr)
+
     with deferred_interrupt() as interrupt:
         try:
-            for system in systems:
-                run = _run_one(system, workload, model, hardware, engine, capacity, max_model_len,
-                               seed, show_progress, interrupt.check)
-                results["systems"][system.name] = _system_summary(system, run, capacity)
-                telemetry_rows.extend(dict(row, system=system.name) for row in run.telemetry_rows)
-                results["complete"] &= run.complete
-                steps, requests = run.recorder.step_table(), run.recorder.request_table()
-                write_table(out_dir / f"steps_{system.name}.csv", steps)
-                write_table(out_dir / f"requests_{system.name}.csv", requests)
-                run_info["systems"][system.name] = {
-                    "wall_time_s": round(run.wall_time_s, 3),
-                    "steps_per_s": round(len(steps) / run.wall_time_s, 1) if run.wall_time_s else None,
-                }
-                print(f"  {system.name}: {len(steps)} steps in {run.wall_time_s:.2f} s wall "
-                      f"({run_info['systems'][system.name]['steps_per_s']} simulated steps/s)",
-                      file=sys.stderr)
-                if run.stop_reason == "interrupted":
-                    raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            results["complete"] = False
-            results["stop_reason"] = "interrupted"
-            print("interrupted: writing what has run, marked incomplete", file=sys.stderr)
+            if jobs == 1:
+                _run_serial(systems, context, show_progress, interrupt, record)
+            else:
+                _run_parallel(systems, context, jobs, interrupt, record)
+        except KeyboardInterrupt:  # a second Ctrl-C: keep the systems that finished
+            pass
+    telemetry_rows = _merge_outcomes(systems, outcomes, results, run_info)
     run_info["wall_time_s"] = round(time.perf_counter() - total_start, 3)
     if telemetry_rows:
-        import pandas as pd
-
         write_table(out_dir / "nvml_samples.csv", pd.DataFrame(telemetry_rows))
     write_json(out_dir / "results.json", results)
     write_json(out_dir / "run_info.json", run_info)
@@ -128,6 +184,108 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     render_run_report(out_dir)
     print(f"wall time {run_info['wall_time_s']:.2f} s; results in {out_dir}", file=sys.stderr)
     return results
+
+
+def _merge_outcomes(systems: list[SystemSpec], outcomes: dict[str, SystemOutcome],
+                    results: dict, run_info: dict) -> list[dict]:
+    """Add the systems that ran to ``results`` and ``run_info`` in configured order, mark an
+    interrupted run incomplete; return their NVML telemetry rows."""
+    ran = [outcomes[s.name] for s in systems if s.name in outcomes]
+    for outcome in ran:
+        results["systems"][outcome.system.name] = outcome.summary
+        results["complete"] &= outcome.summary["complete"]
+        run_info["systems"][outcome.system.name] = outcome.run_info()
+    if len(ran) < len(systems) or any(o.summary.get("stop_reason") == "interrupted" for o in ran):
+        results["complete"] = False
+        results["stop_reason"] = "interrupted"
+        print("interrupted: writing what has run, marked incomplete", file=sys.stderr)
+    return [dict(row, system=o.system.name) for o in ran for row in o.telemetry_rows]
+
+
+def _run_serial(systems: list[SystemSpec], context: RunContext, show_progress: bool,
+                interrupt: InterruptFlag, record: Callable[[SystemOutcome], None]) -> None:
+    """Run the systems one after the other in this process; stop at the first Ctrl-C."""
+    for system in systems:
+        if interrupt.check():
+            return
+        record(_run_system(system, context, show_progress, interrupt.check))
+
+
+def _run_parallel(systems: list[SystemSpec], context: RunContext, jobs: int,
+                  interrupt: InterruptFlag, record: Callable[[SystemOutcome], None]) -> None:
+    """Run the systems in ``jobs`` worker processes, recording each as it finishes.
+
+    Workers ignore SIGINT; on Ctrl-C the parent raises a shared stop flag: running
+    systems stop after their current step (recorded as interrupted), the others never start.
+    """
+    print(f"  running {len(systems)} systems in {jobs} processes", file=sys.stderr)
+    mp = _pool_context()
+    stop = mp.RawValue("b", 0)  # shared memory: a worker reads it after every engine step
+    shared = pickle.dumps(context, protocol=pickle.HIGHEST_PROTOCOL)  # keeps arrays read-only
+    with ProcessPoolExecutor(jobs, mp_context=mp, initializer=_init_worker,
+                             initargs=(shared, stop)) as pool:
+        try:
+            pending = {pool.submit(_run_in_worker, system) for system in systems}
+            while pending:
+                done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
+                if interrupt.check():
+                    stop.value = 1
+                for future in done:
+                    if (outcome := future.result()) is not None:
+                        record(outcome)
+        finally:  # after an error or a second Ctrl-C: stop the other workers, not wait for them
+            stop.value = 1
+            pool.shutdown(cancel_futures=True)
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    """fork when it is safe (only this thread, torch not loaded): the workers inherit the
+    imports at no cost; otherwise forkserver, which imports this module once."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1 and "torch" not in sys.modules:
+        return multiprocessing.get_context("fork")
+    if "forkserver" not in methods:
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
+
+
+_worker_context: RunContext | None = None
+_worker_stop: Any = None  # the parent's stop flag (a shared ctypes byte)
+
+
+def _init_worker(shared: bytes, stop: Any) -> None:
+    """Worker start: leave Ctrl-C to the parent, unpickle the run's shared context once."""
+    global _worker_context, _worker_stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker_context = pickle.loads(shared)
+    _worker_stop = stop
+
+
+def _run_in_worker(system: SystemSpec) -> SystemOutcome | None:
+    """Run one system in a worker process; None when the run was stopped before it started."""
+    if _worker_stop.value:
+        return None
+    return _run_system(system, _worker_context, False, _worker_stopped)
+
+
+def _worker_stopped() -> str | None:
+    """The engine's stop hook in a worker: "interrupted" once the parent raised the flag."""
+    return "interrupted" if _worker_stop.value else None
+
+
+def _run_system(system: SystemSpec, context: RunContext, show_progress: bool,
+                stop_requested: Callable[[], str | None]) -> SystemOutcome:
+    """Run one system, write its step and request tables, reduce the run to its outcome."""
+    c = context
+    run = _run_one(system, c.workload, c.model, c.hardware, c.engine, c.capacity, c.max_model_len,
+                   c.seed, show_progress, stop_requested)
+    steps = run.recorder.step_table()
+    write_table(c.out_dir / f"steps_{system.name}.csv", steps)
+    write_table(c.out_dir / f"requests_{system.name}.csv", run.recorder.request_table())
+    return SystemOutcome(system, _system_summary(system, run, c.capacity), len(steps),
+                         run.wall_time_s, run.telemetry_rows)
 
 
 def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareSpec,

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def _attend_one(
@@ -55,8 +59,18 @@ def _visible_positions(context_len: int, sliding_window: int | None, device) -> 
     return torch.arange(start, context_len, device=device)
 
 
-def _decode(q, k_slots, v_slots, slot_of, context_lens, scale, sliding_window, alibi_slopes,
-            compute_dtype, out_dtype):
+class DecodeOptions(TypedDict, total=False):
+    """Keyword options of the decode references (defaults: ``_decode``'s)."""
+
+    scale: float | None  # default 1 / sqrt(head_dim)
+    sliding_window: int | None
+    alibi_slopes: torch.Tensor | None  # [num_heads]
+    compute_dtype: torch.dtype
+    out_dtype: torch.dtype | None  # default: q's dtype
+
+
+def _decode(q, k_slots, v_slots, slot_of, context_lens, *, scale=None, sliding_window=None,
+            alibi_slopes=None, compute_dtype=torch.float32, out_dtype=None):
     """Shared loop: ``slot_of(seq, positions) -> index tuple`` into the caches."""
     num_seqs, num_heads, head_dim = q.shape
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
@@ -78,12 +92,7 @@ def paged_decode_attention_reference(
     v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
     block_tables: torch.Tensor,  # [num_seqs, max_blocks]
     context_lens: torch.Tensor,  # [num_seqs]
-    *,
-    scale: float | None = None,
-    sliding_window: int | None = None,
-    alibi_slopes: torch.Tensor | None = None,
-    compute_dtype: torch.dtype = torch.float32,
-    out_dtype: torch.dtype | None = None,
+    **options: Unpack[DecodeOptions],
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim]
     """Decode attention through a block table, in ``compute_dtype`` (see module doc)."""
     block_size = k_cache.shape[1]
@@ -92,8 +101,7 @@ def paged_decode_attention_reference(
     def slot_of(seq: int, positions: torch.Tensor):
         return tables[seq, positions // block_size], positions % block_size
 
-    return _decode(q, k_cache, v_cache, slot_of, context_lens, scale, sliding_window,
-                   alibi_slopes, compute_dtype, out_dtype)
+    return _decode(q, k_cache, v_cache, slot_of, context_lens, **options)
 
 
 def contiguous_decode_attention_reference(
@@ -102,12 +110,7 @@ def contiguous_decode_attention_reference(
     v_cache: torch.Tensor,  # [num_slots, num_kv_heads, head_dim]
     seq_starts: torch.Tensor,  # [num_seqs] first slot of each sequence
     context_lens: torch.Tensor,  # [num_seqs]
-    *,
-    scale: float | None = None,
-    sliding_window: int | None = None,
-    alibi_slopes: torch.Tensor | None = None,
-    compute_dtype: torch.dtype = torch.float32,
-    out_dtype: torch.dtype | None = None,
+    **options: Unpack[DecodeOptions],
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim]
     """Decode attention over a contiguous cache: sequence ``s`` token ``j`` is slot ``start[s] + j``."""
     starts = seq_starts.long().tolist()
@@ -115,8 +118,7 @@ def contiguous_decode_attention_reference(
     def slot_of(seq: int, positions: torch.Tensor):
         return (positions + starts[seq],)
 
-    return _decode(q, k_cache, v_cache, slot_of, context_lens, scale, sliding_window,
-                   alibi_slopes, compute_dtype, out_dtype)
+    return _decode(q, k_cache, v_cache, slot_of, context_lens, **options)
 
 
 # ---- cache writes, block copies, swaps ---------------------------------------------------

@@ -15,37 +15,10 @@
 set -uo pipefail
 
 OUT_DIR="${1:-${OUT:-outputs/gpu_check}}"
-mkdir -p "$OUT_DIR"
-OUT_DIR="$(cd "$OUT_DIR" && pwd)"
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/gpu_common.sh"
 LOG="$OUT_DIR/gpu_check.log"
 SUMMARY="$OUT_DIR/gpu_check.md"
-unset TRITON_INTERPRET            # compiled kernels, never the interpreter
-export PYTHONUNBUFFERED=1
-PY="${PYTHON:-python3}"
-START=$(date +%s)
-declare -a RESULTS=()
-
 BUDGET_S="${GPU_CHECK_BUDGET_S:-460}"   # the whole script, setup included (< 8 minutes)
-
-stage() {  # stage NAME LIMIT_S RESERVE_S COMMAND...: LIMIT capped so RESERVE_S stays for later stages
-  local name="$1" limit="$2" reserve="$3"; shift 3
-  local left=$(( START + BUDGET_S - $(date +%s) - reserve ))
-  if [ "$left" -lt "$limit" ]; then limit=$left; fi
-  if [ "$limit" -lt 10 ]; then
-    echo "=== [$name] skipped: out of time budget" | tee -a "$LOG"
-    RESULTS+=("| $name | skipped (time budget) | 0s |")
-    return 0
-  fi
-  local t0=$(date +%s)
-  echo "=== [$name] $(date -u +%H:%M:%S) (limit ${limit}s): $*" | tee -a "$LOG"
-  STAGE_LIMIT=$limit timeout --signal=INT --kill-after=15 "$limit" "$@" >>"$LOG" 2>&1
-  local rc=$?
-  local dt=$(( $(date +%s) - t0 ))
-  echo "=== [$name] rc=$rc after ${dt}s" | tee -a "$LOG"
-  RESULTS+=("| $name | $rc | ${dt}s |")
-  return $rc
-}
 
 : >"$LOG"
 # ---- 0. setup --------------------------------------------------------------------------

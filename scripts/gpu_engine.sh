@@ -19,39 +19,14 @@ set -uo pipefail
 
 OUT_DIR="${1:-${OUT:+$OUT/engine}}"
 OUT_DIR="${OUT_DIR:-outputs/gpu_engine}"
-mkdir -p "$OUT_DIR"
-OUT_DIR="$(cd "$OUT_DIR" && pwd)"
-cd "$(dirname "$0")/.."
-unset TRITON_INTERPRET
-export PYTHONUNBUFFERED=1
-PY="${PYTHON:-python3}"
+source "$(dirname "$0")/gpu_common.sh"
 LOG="$OUT_DIR/engine.log"
-START=$(date +%s)
 BUDGET_S="${GPU_ENGINE_BUDGET_S:-400}"
 REQUESTS="${GPU_ENGINE_REQUESTS:-200}"
 MODEL="${GPU_ENGINE_MODEL:-llama-2-13b}"
 HARDWARE="${GPU_ENGINE_HARDWARE:-h200}"
 DEVICE="${GPU_ENGINE_DEVICE:-cuda}"
 FIT_NAME="$HARDWARE-$MODEL-fit"
-declare -a RESULTS=()
-
-stage() {  # stage NAME LIMIT_S RESERVE_S COMMAND...
-  local name="$1" limit="$2" reserve="$3"; shift 3
-  local left=$(( START + BUDGET_S - $(date +%s) - reserve ))
-  if [ "$left" -lt "$limit" ]; then limit=$left; fi
-  if [ "$limit" -lt 10 ]; then
-    echo "=== [$name] skipped: out of time budget" | tee -a "$LOG"
-    RESULTS+=("| $name | skipped (time budget) | 0s |")
-    return 0
-  fi
-  local t0=$(date +%s)
-  echo "=== [$name] $(date -u +%H:%M:%S) (limit ${limit}s): $*" | tee -a "$LOG"
-  timeout --signal=INT --kill-after=15 "$limit" "$@" >>"$LOG" 2>&1
-  local rc=$?
-  echo "=== [$name] rc=$rc after $(( $(date +%s) - t0 ))s" | tee -a "$LOG"
-  RESULTS+=("| $name | $rc | $(( $(date +%s) - t0 ))s |")
-  return $rc
-}
 
 : >"$LOG"
 COMMON=(engine=torch model="$MODEL" hardware="$HARDWARE" engine.device="$DEVICE" "systems=[paged,max,oracle]"

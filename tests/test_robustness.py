@@ -161,8 +161,9 @@ def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(
 # ------------------------------------------------------------- interruption
 def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path):
     proc = subprocess.Popen(
+        # jobs=1: systems one after the other (tests/test_run_parallel.py interrupts jobs=2)
         harness_cmd("workload=sharegpt_like", "workload.num_requests=5000", "systems=[paged,max]",
-                    f"hydra.run.dir={tmp_path}"),
+                    "jobs=1", f"hydra.run.dir={tmp_path}"),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(64), "")))

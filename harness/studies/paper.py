@@ -145,6 +145,35 @@ def _rate_series(pairs, panels, systems, threshold) -> tuple[dict, dict]:
     return series, sustained
 
 
+def _rate_sweep(base: dict, study: dict, compare: Callable[[str, dict], dict],
+                describe: Callable[[Job, dict], str],
+                extras: Callable[[list[tuple[Job, dict]]], dict] | None = None) -> Plan:
+    """Normalized latency vs Poisson request rate, per panel and system; each chain stops
+    once its system saturates.
+
+    ``measured`` holds each system's sustained rate per panel plus what
+    ``compare(panel, {system: sustained rate})`` derives; ``extras(pairs)`` adds
+    study-specific entries to the result.
+    """
+    systems = _systems(study)
+    panels = list((study.get("rates") or {}).keys())
+    threshold = float(study["threshold_s_per_token"])
+    chains = _rate_chains(base, study, panels, systems, threshold)
+
+    def derive(pairs):
+        series, sustained = _rate_series(pairs, panels, systems, threshold)
+        measured = {}
+        for panel in panels:
+            rates = {name: sustained[panel][name]["rate"] for name in systems}
+            for name, rate in rates.items():
+                measured[f"{panel}.{name}.sustained_rps"] = rate
+            measured.update(compare(panel, rates))
+        return {"measured": measured, "series": series, "sustained": sustained,
+                "threshold_s_per_token": threshold, **(extras(pairs) if extras else {})}
+
+    return Plan(chains, derive, describe)
+
+
 # ------------------------------------------------------------------------- Fig. 2
 
 def fig2(base: dict, study: dict) -> Plan:
@@ -244,26 +273,13 @@ def fig13(base: dict, study: dict) -> Plan:
 
 def fig12(base: dict, study: dict) -> Plan:
     """Normalized latency vs request rate; the highest rate each system sustains."""
-    systems = _systems(study)
-    panels = list((study.get("rates") or {}).keys())
-    threshold = float(study["threshold_s_per_token"])
-    chains = _rate_chains(base, study, panels, systems, threshold)
 
-    def derive(pairs):
-        series, sustained = _rate_series(pairs, panels, systems, threshold)
-        measured = {}
-        for panel in panels:
-            rates = {name: sustained[panel][name]["rate"] for name in systems}
-            for name, rate in rates.items():
-                measured[f"{panel}.{name}.sustained_rps"] = rate
-            for other in ("orca_oracle", "orca_pow2", "orca_max"):
-                if other in rates:
-                    measured[f"{panel}.vllm_over_{other.removeprefix('orca_')}"] = _ratio(
-                        rates.get("vllm"), rates[other])
-        return {"measured": measured, "series": series, "sustained": sustained,
-                "threshold_s_per_token": threshold}
+    def vllm_over_orca(panel: str, rates: dict) -> dict:
+        return {f"{panel}.vllm_over_{other.removeprefix('orca_')}":
+                _ratio(rates.get("vllm"), rates[other])
+                for other in ("orca_oracle", "orca_pow2", "orca_max") if other in rates}
 
-    return Plan(chains, derive, _latency_text)
+    return _rate_sweep(base, study, vllm_over_orca, _latency_text)
 
 
 # ------------------------------------------------------------------------ Fig. 15
@@ -366,29 +382,19 @@ def fig18b(base: dict, study: dict) -> Plan:
 
 def shared_prefix(base: dict, study: dict) -> Plan:
     """One-shot and five-shot shared prefixes: sustained rate of vLLM vs Orca (Oracle)."""
-    systems = _systems(study)
-    panels = list((study.get("rates") or {}).keys())
-    threshold = float(study["threshold_s_per_token"])
-    chains = _rate_chains(base, study, panels, systems, threshold)
 
-    def derive(pairs):
-        series, sustained = _rate_series(pairs, panels, systems, threshold)
-        measured = {}
-        for panel in panels:
-            for name in systems:
-                measured[f"{panel}.{name}.sustained_rps"] = sustained[panel][name]["rate"]
-            measured[f"{panel}.vllm_over_oracle"] = _ratio(
-                sustained[panel].get("vllm", {}).get("rate"),
-                sustained[panel].get("orca_oracle", {}).get("rate"))
-        hits = {f"{j.params['panel']}/{j.params['rate']:g}": s["prefix_cache"]["hit_rate"]
-                for j, s in pairs if j.params["paper_system"] == "vllm"}
-        return {"measured": measured, "series": series, "sustained": sustained,
-                "threshold_s_per_token": threshold, "prefix_hit_rate": hits}
+    def vllm_over_oracle(panel: str, rates: dict) -> dict:
+        return {f"{panel}.vllm_over_oracle": _ratio(rates.get("vllm"), rates.get("orca_oracle"))}
+
+    def prefix_hit_rate(pairs) -> dict:
+        return {"prefix_hit_rate": {f"{j.params['panel']}/{j.params['rate']:g}":
+                                    s["prefix_cache"]["hit_rate"]
+                                    for j, s in pairs if j.params["paper_system"] == "vllm"}}
 
     def describe(job, s):
         return _latency_text(job, s) + f", prefix hits {100 * s['prefix_cache']['hit_rate']:.0f}%"
 
-    return Plan(chains, derive, describe)
+    return _rate_sweep(base, study, vllm_over_oracle, describe, prefix_hit_rate)
 
 
 STUDIES: dict[str, Callable[[dict, dict], Plan]] = {
