@@ -281,10 +281,10 @@ def _run_system(system: SystemSpec, context: RunContext, show_progress: bool,
     c = context
     run = _run_one(system, c.workload, c.model, c.hardware, c.engine, c.capacity, c.max_model_len,
                    c.seed, show_progress, stop_requested)
-    steps = run.recorder.step_table()
+    steps, requests = run.recorder.step_table(), run.recorder.request_table()
     write_table(c.out_dir / f"steps_{system.name}.csv", steps)
-    write_table(c.out_dir / f"requests_{system.name}.csv", run.recorder.request_table())
-    return SystemOutcome(system, _system_summary(system, run, c.capacity), len(steps),
+    write_table(c.out_dir / f"requests_{system.name}.csv", requests)
+    return SystemOutcome(system, _system_summary(system, run, steps, requests), len(steps),
                          run.wall_time_s, run.telemetry_rows)
 
 
@@ -323,8 +323,9 @@ def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareS
             executor.close()  # free this system's KV memory before the next one allocates
 
 
-def _system_summary(system: SystemSpec, run: EngineRun, capacity: int) -> dict:
-    steps, requests = run.recorder.step_table(), run.recorder.request_table()
+def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
+                    requests: pd.DataFrame) -> dict:
+    """The system's entry in results.json, from its run and its step and request tables."""
     scheduler = run.scheduler
     serving = serving_summary(steps, requests)
     manager_capacity = scheduler.manager.capacity_slots

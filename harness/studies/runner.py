@@ -128,8 +128,8 @@ def run_job(job: Job) -> dict:
     executor = make_executor(engine, system, model, hardware, manager, seed=seed)
     start = time.perf_counter()
     run = run_engine(workload.requests, scheduler, executor, engine, max_model_len=max_model_len)
-    summary = _system_summary(system, run, capacity)
     steps = run.recorder.step_table()
+    summary = _system_summary(system, run, steps, run.recorder.request_table())
     duration = steps["duration_s"].to_numpy(dtype=float)
     total = float(duration.sum()) or 1.0
     waiting = steps["num_waiting"].to_numpy() > 0
