@@ -109,6 +109,12 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     paged = isinstance(manager, PagedKVCacheManager)
     if not paged and not isinstance(manager, ContiguousKVCacheManager):
         return None
+    # NOTE: after a finish the waiting head often fits (then asking first saves the walk
+    # over every sequence); otherwise ask once they all decode: a prefilling sequence is
+    # the cheaper answer
+    memory_blocked = scheduler.admission_while_decoding(freed_memory) if freed_memory else False
+    if memory_blocked is None:
+        return None  # the next step may admit
     seqs: list[Sequence] = []
     generated: list[int] = []  # tokens each has generated
     computed: list[int] = []  # = its KV slots written
@@ -129,9 +135,10 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
             computed.append(c)
             remaining_list.append(seq.output_len - g)
     num_seqs = len(seqs)
-    memory_blocked = scheduler.admission_while_decoding(freed_memory)
-    if memory_blocked is None:
-        return None  # the next step may admit
+    if not freed_memory:
+        memory_blocked = scheduler.admission_while_decoding(freed_memory)
+        if memory_blocked is None:
+            return None  # the next step may admit
     if paged and manager.has_shared_partial_blocks:
         if not all(manager.can_append_without_copy(s.seq_id) for s in seqs):
             return None  # a shared partial block must be copied first
@@ -241,8 +248,12 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     for seq, first in zip(seqs, generated):
         tokens = seq.synthetic_tokens(first, span)
         gen = seq.generated
-        # NOTE: without keys only the count is read (nothing is keyed on token ids)
-        kv_tokens.append([gen[-1], *tokens[:-1]] if keyed else tokens)
+        if not keyed:  # NOTE: only the count is read (nothing is keyed on token ids)
+            kv_tokens.append(tokens)
+        elif type(tokens) is range and gen[-1] == tokens.start - 1:  # consecutive ids
+            kv_tokens.append(range(tokens.start - 1, tokens.stop - 1))
+        else:
+            kv_tokens.append([gen[-1], *tokens[:-1]])
         gen.extend(tokens)
         seq.num_computed += span
         seq_ids.append(seq.seq_id)
