@@ -2,10 +2,8 @@
 
 Modelled on vLLM v1 (``vllm/v1/core/block_pool.py``, ``FreeKVCacheBlockQueue``):
 
-- The free queue is an intrusive doubly linked list over block ids, kept in two
-  int lists (``_prev``/``_next``) with a fake head and a fake tail node, so that
-  popping the head, appending at the tail and removing any block are all O(1).
-  Initially it holds blocks ``0, 1, ..., num_blocks - 1`` in that order.
+- The free queue is FIFO over block ids. Initially it holds blocks ``0, 1, ...,
+  num_blocks - 1`` in that order.
 - Allocation pops from the head: the least recently freed block is reused first.
 - A full block whose content is known is *registered* under its cache key
   ``(parent_chain_hash, token_bytes)``. It keeps that key while it is allocated and
@@ -15,13 +13,34 @@ Modelled on vLLM v1 (``vllm/v1/core/block_pool.py``, ``FreeKVCacheBlockQueue``):
 - Callers free a request's blocks tail first (``reversed(block_table)``), so the
   tail of a request, the part least likely to be shared, is evicted first.
 
+The queue is a Python list read from a head index, so that every operation works
+on many blocks at once with list slices and C-level scans (a request holds
+hundreds of blocks). A block taken out of the middle of the queue (``touch``) is
+overwritten by a tombstone (``_DEAD``) that allocation skips; ``_pos`` gives each
+free block's entry. NOTE: entry ``i`` of ``_q`` has ticket ``_base + i``; a free
+block's ``_pos`` is the ticket of its (only live) entry, so tickets survive the
+compactions that drop the consumed head.
+
 NOTE: the key holds the block's token bytes and its parent's chain hash; the dict
 compares them on every hit, which is the token-id check against hash collisions.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from array import array
+from operator import itemgetter
+from typing import Iterable, Sequence
+
+_DEAD = -1  # a queue entry whose block was taken out of the queue (by ``touch``)
+_COMPACT_MIN = 4096  # drop the consumed head of the queue list once it is this long
+_BULK_MIN = 32  # from this many blocks on, free/register_many first read their state in C
+
+
+def gather(values: Sequence, index: Sequence[int]) -> tuple:
+    """``tuple(values[i] for i in index)``, in C."""
+    if len(index) > 1:
+        return itemgetter(*index)(values)
+    return (values[index[0]],) if index else ()
 
 
 class BlockPool:
@@ -29,7 +48,7 @@ class BlockPool:
 
     __slots__ = (
         "num_blocks", "num_free", "num_cached_free", "num_evictions", "ref_cnt", "_keys", "_cached",
-        "_prev", "_next", "_head", "_tail",
+        "_held", "_q", "_head", "_base", "_pos", "_dead", "_evicted", "_evicted_base",
     )
 
     def __init__(self, num_blocks: int) -> None:
@@ -44,46 +63,53 @@ class BlockPool:
         self.ref_cnt: list[int] = [0] * n
         self._keys: list[tuple | None] = [None] * n  # cache key of a registered block
         self._cached: dict[tuple, int] = {}  # cache key -> block id
-        # Linked list over ids 0..n-1 plus fake head (n) and fake tail (n + 1).
-        self._head = n
-        self._tail = n + 1
-        # NOTE: _next[head] is the first free block, _prev[tail] the last; an empty
-        # queue links head and tail directly.
-        self._next: list[int] = list(range(1, n + 2)) + [n + 1]
-        self._next[n - 1] = n + 1
-        self._next[n] = 0
-        self._prev: list[int] = [n] + list(range(0, n - 1)) + [n, n - 1]
+        # NOTE: _held[b] = 1 iff _keys[b] is not None: counting keyed blocks must not touch keys
+        self._held = bytearray(n)
+        self._q: list[int] = list(range(n))  # queue entries: block ids or _DEAD
+        self._head = 0  # index in _q of the queue's first entry
+        self._base = 0  # ticket of _q[0]
+        self._pos = array("q", range(n))  # ticket of a free block's entry
+        self._dead = 0  # _DEAD entries at or after _head
+        self._evicted: list[int] = []  # the blocks of the last evictions (see evicted_since)
+        self._evicted_base = 0  # evictions before _evicted[0]
 
     # ------------------------------------------------------------------ queue
-    def _remove(self, b: int) -> None:
-        nxt, prv = self._next, self._prev
-        p, q = prv[b], nxt[b]
-        nxt[p] = q
-        prv[q] = p
-
-    def _append(self, b: int) -> None:
-        nxt, prv, t = self._next, self._prev, self._tail
-        p = prv[t]
-        nxt[p] = b
-        prv[b] = p
-        nxt[b] = t
-        prv[t] = b
+    def _live(self) -> Iterable[int]:
+        """The free queue's blocks from head to tail (skipping tombstones)."""
+        return (b for b in self._q[self._head:] if b != _DEAD)
 
     def free_queue(self) -> list[int]:
         """The free queue from head (next to be reused) to tail. O(num_free); for tests."""
-        out, nxt, b = [], self._next, self._next[self._head]
-        while b != self._tail:
-            out.append(b)
-            b = nxt[b]
-        return out
+        return list(self._live())
 
     def cached_flags_at_head(self, n: int) -> list[bool]:
         """Whether each of the next ``n`` blocks to be allocated still holds a cache key. O(n)."""
-        out, nxt, keys, b = [], self._next, self._keys, self._next[self._head]
-        for _ in range(min(n, self.num_free)):
-            out.append(keys[b] is not None)
-            b = nxt[b]
-        return out
+        keys, live = self._keys, self._live()
+        return [keys[next(live)] is not None for _ in range(min(n, self.num_free))]
+
+    def _compact(self) -> None:
+        """Drop the consumed head of ``_q`` and, when tombstones outnumber the blocks, the
+        tombstones too (renumbering every free block's entry); trim the eviction log.
+        Amortised O(1) per entry."""
+        q = self._q
+        if self._dead > self.num_blocks:
+            live = [b for b in q[self._head:] if b != _DEAD]
+            self._q = live
+            self._base += len(q)
+            pos, t = self._pos, self._base
+            for b in live:
+                pos[b] = t
+                t += 1
+            self._dead = 0
+        else:
+            del q[:self._head]
+            self._base += self._head
+        self._head = 0
+        log = self._evicted
+        if len(log) > 2 * self.num_blocks:  # keep the newest half of the eviction log
+            drop = len(log) // 2
+            del log[:drop]
+            self._evicted_base += drop
 
     # ------------------------------------------------------------- allocation
     def allocate(self, n: int) -> list[int] | None:
@@ -94,73 +120,103 @@ class BlockPool:
         """
         if n > self.num_free:
             return None
+        q, head = self._q, self._head
+        end = head + n
+        out = q[head:end]
+        dead = out.count(_DEAD)
+        if dead:  # widen the window past the tombstones, then drop them
+            self._dead -= dead
+            while dead:
+                more = q[end:end + dead]
+                end += dead
+                dead = more.count(_DEAD)
+                self._dead -= dead
+                out += more
+            out = [b for b in out if b != _DEAD]
+        self._head = end
         self.num_free -= n
-        nxt, prv, head = self._next, self._prev, self._head
-        keys, ref = self._keys, self.ref_cnt
-        out = []
-        b = nxt[head]
-        if self.num_cached_free == 0:  # NOTE: no free block holds a key: nothing to evict
-            for _ in range(n):
-                out.append(b)
+        ref = self.ref_cnt
+        if self.num_cached_free:
+            held, keys, cached, log = self._held, self._keys, self._cached, self._evicted
+            evicted = len(log)
+            for b in out:
                 ref[b] = 1
-                b = nxt[b]
-        else:
-            for _ in range(n):
-                out.append(b)
-                ref[b] = 1
-                key = keys[b]
-                if key is not None:  # NOTE: a registered block is its key's block
+                if held[b]:  # NOTE: a registered block is its key's block
+                    del cached[keys[b]]
                     keys[b] = None
-                    self.num_cached_free -= 1
-                    self.num_evictions += 1
-                    del self._cached[key]
-                b = nxt[b]
-        nxt[head] = b
-        prv[b] = head
+                    held[b] = 0
+                    log.append(b)
+            evicted = len(log) - evicted
+            self.num_cached_free -= evicted
+            self.num_evictions += evicted
+        else:
+            for b in out:
+                ref[b] = 1
+        if end >= _COMPACT_MIN and 2 * end >= len(q):
+            self._compact()
         return out
 
     def free(self, blocks: Iterable[int]) -> None:
-        """Drop one reference to each block; blocks reaching 0 join the queue tail in order.
+        """Drop one reference to each block (each at most once); blocks reaching 0 join
+        the queue tail in order.
 
         NOTE: pass a request's blocks tail first (``reversed(table)``) so its tail is
         evicted first.
         """
-        ref, keys, nxt, prv, tail = self.ref_cnt, self._keys, self._next, self._prev, self._tail
-        freed = cached = 0
-        last = prv[tail]
-        for b in blocks:
-            r = ref[b] - 1
-            ref[b] = r
-            if r == 0:
-                nxt[last] = b  # append b at the tail (the queue is relinked once below)
-                prv[b] = last
-                last = b
-                freed += 1
-                if keys[b] is not None:
-                    cached += 1
-            elif r < 0:  # pragma: no cover - internal invariant
+        ref, q, pos, held = self.ref_cnt, self._q, self._pos, self._held
+        t = self._base + len(q)
+        if (isinstance(blocks, list) and len(blocks) >= _BULK_MIN
+                and gather(ref, blocks).count(1) == len(blocks)):
+            # All sole-owned (a request's usual case): all of them are freed.
+            q += blocks
+            for b in blocks:
                 ref[b] = 0
-                nxt[last], prv[tail] = tail, last
-                self.num_free += freed
-                self.num_cached_free += cached
-                raise RuntimeError(f"block {b} freed more often than allocated")
-        nxt[last] = tail
-        prv[tail] = last
-        self.num_free += freed
-        self.num_cached_free += cached
+                pos[b] = t
+                t += 1
+            self.num_free += len(blocks)
+            self.num_cached_free += gather(held, blocks).count(1)
+            return
+        freed = cached = 0
+        try:
+            for b in blocks:
+                r = ref[b] - 1
+                if r:
+                    if r < 0:  # pragma: no cover - internal invariant
+                        raise RuntimeError(f"block {b} freed more often than allocated")
+                    ref[b] = r
+                else:
+                    ref[b] = 0
+                    q.append(b)
+                    pos[b] = t + freed
+                    freed += 1
+                    cached += held[b]
+        finally:
+            self.num_free += freed
+            self.num_cached_free += cached
 
     def touch(self, b: int) -> None:
         """Take one more reference to block ``b`` (a prefix-cache hit or a fork).
 
         A free cached block is pulled out of the free queue in O(1).
         """
-        r = self.ref_cnt[b]
-        if r == 0:
-            self._remove(b)
-            self.num_free -= 1
-            if self._keys[b] is not None:
-                self.num_cached_free -= 1
-        self.ref_cnt[b] = r + 1
+        self.touch_many((b,))
+
+    def touch_many(self, blocks: Sequence[int]) -> None:
+        """``touch`` each block in turn (a request's hits, a fork's table), in one call."""
+        ref, pos, q, base = self.ref_cnt, self._pos, self._q, self._base
+        taken = []
+        for b in blocks:
+            r = ref[b]
+            if not r:
+                q[pos[b] - base] = _DEAD
+                taken.append(b)
+            ref[b] = r + 1
+        if taken:
+            self.num_free -= len(taken)
+            self.num_cached_free -= gather(self._held, taken).count(1)
+            self._dead += len(taken)
+            if self._dead > self.num_blocks:
+                self._compact()
 
     # ----------------------------------------------------------- prefix cache
     def lookup(self, key: tuple) -> int | None:
@@ -173,11 +229,38 @@ class BlockPool:
         NOTE: when another block already holds the same content, ``b`` stays
         unregistered (one block per key, as in nano-vllm).
         """
-        if key in self._cached or self._keys[b] is not None:
+        if self._held[b] or self._cached.setdefault(key, b) != b:
             return False
-        self._cached[key] = b
         self._keys[b] = key
+        self._held[b] = 1
         return True
+
+    def register_many(self, blocks: list[int], keys: Sequence[tuple]) -> None:
+        """``register(b, key)`` for each pair in order (distinct blocks), in one call."""
+        block_keys, held, cached = self._keys, self._held, self._cached
+        if len(blocks) < _BULK_MIN or 1 in gather(held, blocks):  # few, or some hold a key
+            for b, key in zip(blocks, keys):  # register(), inlined
+                if not held[b] and cached.setdefault(key, b) == b:
+                    block_keys[b] = key
+                    held[b] = 1
+            return
+        # NOTE: setdefault keeps the first block of a key, exactly as registering in order
+        got = list(map(cached.setdefault, keys, blocks))
+        if got == blocks:  # every key was free (the common case)
+            for b, key in zip(blocks, keys):
+                block_keys[b] = key
+                held[b] = 1
+            return
+        for b, key, g in zip(blocks, keys, got):
+            if g == b:
+                block_keys[b] = key
+                held[b] = 1
+
+    def evicted_since(self, evictions: int) -> list[int] | None:
+        """The blocks whose key was dropped since ``num_evictions`` was ``evictions`` (a
+        block may repeat), or None when that is too long ago to tell."""
+        start = evictions - self._evicted_base
+        return self._evicted[start:] if start >= 0 else None
 
     def key_of(self, b: int) -> tuple | None:
         return self._keys[b]

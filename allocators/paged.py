@@ -4,9 +4,13 @@ Each sequence has a block table; blocks are allocated on demand as tokens arrive
 so a sequence holding ``n`` tokens owns exactly ``ceil(n / block_size)`` blocks.
 
 Prefix caching: every FULL block gets the cache key ``(parent_chain_hash,
-token_bytes)`` (``parent_chain_hash`` = ``hash()`` of the previous block's key, 0
-for the first block), prompt blocks and decode-produced blocks alike; the manager
-keeps each sequence's partial tail tokens so it can key a block when it fills.
+token_bytes)``, prompt blocks and decode-produced blocks alike; the manager keeps
+each sequence's partial tail tokens so it can key a block when it fills. The chain
+hash of blocks ``0..j`` is ``H_j = H_{j-1} * _MUL + hash(token_bytes_j)`` mod 2**64
+(``H_{-1} = 0``, the first block's parent): a polynomial in ``_MUL``, so a whole
+prompt's chain is computed at once with numpy (``_chain``). A prompt's chain is
+computed once and reused while it waits, is admitted and is prefilled chunk by chunk
+(``_Prompt``).
 ``admit`` reuses the longest run of cached leading prompt blocks, capped at
 ``len(prompt) - 1`` tokens so at least one prompt token is computed.
 NOTE: ``hash()`` of bytes is salted per process (PYTHONHASHSEED), but hits and
@@ -26,9 +30,64 @@ import numpy as np
 
 from allocators.accounting import PartialBlockLedger, make_breakdown
 from allocators.base import Admission, ManagerStats, MemoryBreakdown
-from allocators.block_pool import BlockPool
+from allocators.block_pool import BlockPool, gather
 
 assert array("i").itemsize == 4, "token buffers assume a 4-byte C int (np.int32 bytes)"
+
+
+_MASK = (1 << 64) - 1
+_MUL = 0x9E3779B97F4A7C15  # odd, so invertible mod 2**64
+_VECTOR_MIN_BLOCKS = 48  # from this many blocks on, _chain uses numpy
+
+
+class _Powers:
+    """``_MUL ** i`` and ``_MUL ** -i`` mod 2**64 for i < n as uint64 arrays, grown on demand."""
+
+    def __init__(self) -> None:
+        self.up = np.ones(1, dtype=np.uint64)
+        self.down = np.ones(1, dtype=np.uint64)
+
+    def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        while len(self.up) < n:  # doubling: [x] -> [x, x * MUL**len]
+            k = len(self.up)
+            self.up = np.concatenate([self.up, self.up * np.uint64(pow(_MUL, k, 1 << 64))])
+            self.down = np.concatenate([self.down, self.down * np.uint64(pow(_MUL, -k, 1 << 64))])
+        return self.up[:n], self.down[:n]
+
+
+_POWERS = _Powers()
+
+
+def _next_parent(key: tuple) -> int:
+    """The chain hash a block's key passes on to the next block's key."""
+    return (key[0] * _MUL + hash(key[1])) & _MASK
+
+
+def _chain(parent: int, data: bytes, offset: int, count: int,
+           width: int) -> tuple[list[int], list[bytes]]:
+    """The keys of the ``count`` blocks of ``width`` bytes in ``data`` from byte ``offset``,
+    chained after ``parent`` (the previous block's ``_next_parent``, 0 for block 0), as
+    two lists: the keys' parent chain hashes and their token bytes.
+
+    NOTE: no key tuple is built here: a tuple per block of a long prompt costs more (in
+    allocations and garbage collection) than building the few that are kept later.
+    """
+    if count < _VECTOR_MIN_BLOCKS:
+        parents, blocks = [], []
+        for start in range(offset, offset + count * width, width):
+            block = data[start:start + width]
+            parents.append(parent)
+            blocks.append(block)
+            parent = (parent * _MUL + hash(block)) & _MASK
+        return parents, blocks
+    blocks = np.frombuffer(data, dtype=f"V{width}", count=count, offset=offset).tolist()
+    content = np.fromiter(map(hash, blocks), dtype=np.int64, count=count).view(np.uint64)
+    up, down = _POWERS.get(count)
+    # NOTE: H_j = MUL**j * (parent * MUL + sum_{i<=j} c_i * MUL**-i); uint64 wraps mod 2**64
+    chain = (np.cumsum(content * down) + np.uint64(parent * _MUL & _MASK)) * up
+    parents = [parent]
+    parents += chain[:-1].tolist()
+    return parents, blocks
 
 
 def _as_tokens(token_ids: Sequence[int] | np.ndarray) -> array:
@@ -46,9 +105,31 @@ def _token_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:
     return array("i", token_ids).tobytes()
 
 
+class _Prompt:
+    """Token bytes passed to ``admit`` and the chain (``_chain``) of all their full blocks.
+
+    ``hits``/``hit_keys``/``evictions`` memoise the last ``_prefix_hits`` answer for
+    them: the hit blocks, the keys they hold and the pool's ``num_evictions`` then.
+    """
+
+    __slots__ = ("data", "parents", "blocks", "hits", "hit_keys", "evictions")
+
+    def __init__(self, data: bytes, parents: list[int], blocks: list[bytes]) -> None:
+        self.data = data
+        self.parents = parents
+        self.blocks = blocks
+        self.hits: list[int] = []
+        self.hit_keys: list[tuple] = []
+        self.evictions = -1  # not asked yet
+
+    def keys(self, start: int, end: int) -> list[tuple]:
+        """The keys of full blocks ``start .. end - 1``."""
+        return list(zip(self.parents[start:end], self.blocks[start:end]))
+
+
 class _Seq:
     __slots__ = ("table", "num_tokens", "final_len", "prompt_len", "keys", "tail", "cpu_blocks",
-                 "room")
+                 "room", "known")
 
     def __init__(self, table: list[int], num_tokens: int, final_len: int, prompt_len: int,
                  keys: list[tuple], tail: array) -> None:
@@ -63,6 +144,9 @@ class _Seq:
         # filled last block (and within final_len): no block, copy or key changes, so
         # they take the fast path. 0 = take the general path (which resets it).
         self.room = 0
+        # The admitted tokens while some of their full blocks are not keyed yet, so that
+        # chunks of them are keyed from the precomputed keys (prefix caching only).
+        self.known: _Prompt | None = None
 
 
 class PagedKVCacheManager:
@@ -91,8 +175,7 @@ class PagedKVCacheManager:
         self._ledger = PartialBlockLedger(block_size)
         self._logical = 0  # tokens written, summed over device-resident sequences
         self._key_bytes = 4 * block_size
-        # (prompt bytes, hit blocks, their keys, pool.num_evictions then): see _prefix_hits
-        self._hits_memo: tuple[bytes, list[int], list[tuple], int] | None = None
+        self._last_prompt: _Prompt | None = None  # see _prompt
 
     # ---------------------------------------------------------------- queries
     def _get(self, seq_id: int) -> _Seq:
@@ -143,50 +226,61 @@ class PagedKVCacheManager:
         """Whether any partially filled block is shared (only forks share one). O(1)."""
         return self._ledger.num_shared > 0
 
-    def _prefix_hits(self, data: bytes, prompt_len: int) -> tuple[list[int], list[tuple]]:
-        """Cached blocks (and their keys) of the longest run of full leading prompt blocks,
-        at most ``prompt_len - 1`` tokens. Changes nothing.
+    def _prompt(self, token_ids: Sequence[int] | np.ndarray) -> _Prompt:
+        """The chain of ``token_ids``' full blocks, memoised for the last token ids asked
+        about: a waiting request is asked about (and admitted) with the same ids again."""
+        data = _token_bytes(token_ids)
+        last = self._last_prompt
+        if last is not None and last.data == data:
+            return last
+        w = self._key_bytes
+        prompt = _Prompt(data, *_chain(0, data, 0, len(data) // w, w))
+        self._last_prompt = prompt
+        return prompt
 
-        NOTE: the last query is memoised: a request that waits (or is asked about by
-        ``cached_prefix_tokens`` and then admitted) asks again with the same tokens. A
-        block that still holds its key is still that key's block (``register`` keeps one
-        block per key), so the leading hits whose block still holds theirs are still
-        hits (all of them when no key was evicted since), and only the rest of the chain
-        is hashed and looked up again.
+    def _prefix_hits(self, prompt: _Prompt, prompt_len: int) -> list[int]:
+        """Cached blocks of the longest run of full leading prompt blocks, at most
+        ``prompt_len - 1`` tokens (memoised in ``prompt``: do not change the list).
+        Changes nothing in the pool.
+
+        NOTE: a block that still holds its key is still that key's block (``register``
+        keeps one block per key), so the memoised hits before the first one evicted
+        since are still hits, and only the rest of the chain is looked up again.
         """
         pool = self.pool
-        block_keys, lookup, w = pool._keys, pool.lookup, self._key_bytes
-        hits: list[int] = []
-        keys: list[tuple] = []
-        memo = self._hits_memo
-        if memo is not None and memo[0] == data:
-            memo_hits, memo_keys = memo[1], memo[2]
-            if memo[3] == pool.num_evictions:  # no key dropped since: every hit still holds
-                valid = len(memo_hits)
-            else:  # the leading hits whose block still holds the key (compared in C)
-                now = list(map(block_keys.__getitem__, memo_hits))
-                valid = len(now) if now == memo_keys else \
-                    next(i for i, (a, b) in enumerate(zip(now, memo_keys)) if a != b)
-            hits.extend(memo_hits[:valid])
-            keys.extend(memo_keys[:valid])
-        parent = hash(keys[-1]) if keys else 0
-        for i in range(len(hits), (prompt_len - 1) // self.block_size):
-            b = lookup((parent, data[i * w:(i + 1) * w]))
-            if b is None:
+        hits = prompt.hits
+        if hits and prompt.evictions != pool.num_evictions:
+            gone = pool.evicted_since(prompt.evictions)
+            if gone is None:
+                hits.clear()
+                prompt.hit_keys.clear()
+            else:
+                lost = set(hits).intersection(gone)
+                if lost:
+                    cut = list(map(lost.__contains__, hits)).index(True)
+                    del hits[cut:], prompt.hit_keys[cut:]
+        limit = (prompt_len - 1) // self.block_size
+        parents, blocks, get, step = prompt.parents, prompt.blocks, pool._cached.get, 1
+        while len(hits) < limit:  # look up runs of keys until one misses
+            i = len(hits)
+            j = min(limit, i + step)
+            found = list(map(get, zip(parents[i:j], blocks[i:j])))
+            if None in found:
+                del found[found.index(None):]
+            hits += found
+            prompt.hit_keys += gather(pool._keys, found)  # the keys the blocks hold
+            if len(found) < j - i:
                 break
-            key = block_keys[b]  # the registered key object (equal to the one looked up)
-            hits.append(b)
-            keys.append(key)
-            parent = hash(key)
-        self._hits_memo = (data, list(hits), list(keys), pool.num_evictions)
-        return hits, keys
+            step = 32  # NOTE: the first key often misses (the memoised frontier): ask it alone
+        prompt.evictions = pool.num_evictions
+        return hits
 
     def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
         """Prompt tokens ``admit`` would serve from the prefix cache now. Changes nothing."""
         if not self.enable_prefix_caching:
             return 0
-        data = _token_bytes(prompt_token_ids)
-        return len(self._prefix_hits(data, len(prompt_token_ids))[0]) * self.block_size
+        prompt_len = len(prompt_token_ids)
+        return len(self._prefix_hits(self._prompt(prompt_token_ids), prompt_len)) * self.block_size
 
     def prefix_frontier_key(self, prompt_token_ids: Sequence[int]) -> tuple | None:
         """The cache key of the first prompt block ``admit`` would not find in the cache now,
@@ -195,14 +289,12 @@ class PagedKVCacheManager:
         Changes nothing."""
         if not self.enable_prefix_caching:
             return None
-        data = _token_bytes(prompt_token_ids)
         prompt_len = len(prompt_token_ids)
-        hits, keys = self._prefix_hits(data, prompt_len)
-        i = len(hits)
+        prompt = self._prompt(prompt_token_ids)
+        i = len(self._prefix_hits(prompt, prompt_len))
         if i >= (prompt_len - 1) // self.block_size:
             return None
-        w = self._key_bytes
-        return (hash(keys[-1]) if keys else 0, data[i * w:(i + 1) * w])
+        return prompt.parents[i], prompt.blocks[i]
 
     def filled_block_keys(self, seq_id: int, token_ids: Sequence[int]) -> list[tuple]:
         """The cache keys of the blocks that appending ``token_ids`` to ``seq_id`` would
@@ -212,13 +304,8 @@ class PagedKVCacheManager:
             return []
         data = s.tail.tobytes() + _token_bytes(token_ids)
         w = self._key_bytes
-        parent = hash(s.keys[-1]) if s.keys else 0
-        out = []
-        for j in range(len(data) // w):
-            key = (parent, data[j * w:(j + 1) * w])
-            out.append(key)
-            parent = hash(key)
-        return out
+        return list(zip(*_chain(_next_parent(s.keys[-1]) if s.keys else 0, data, 0,
+                                len(data) // w, w)))
 
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         return -(-final_len // self.block_size) <= self.num_blocks
@@ -249,10 +336,20 @@ class PagedKVCacheManager:
         bs, pool = self.block_size, self.pool
         hits: list[int] = []
         if self.enable_prefix_caching:
-            hits = self._prefix_hits(_token_bytes(prompt_token_ids), len(prompt_token_ids))[0]
+            hits = self._prefix_hits(self._prompt(prompt_token_ids), len(prompt_token_ids))
         need = -(-max(num_tokens, len(hits) * bs) // bs) - len(hits)
         reclaimed = list(map(pool.ref_cnt.__getitem__, hits)).count(0)
         return need <= pool.num_free - reclaimed
+
+    def _fits(self, hits: list[int], need: int) -> bool:
+        """Whether ``need`` new blocks fit once the ``hits`` are taken: the free ones among
+        them leave the free queue. Counts those only when it matters."""
+        free = self.pool.num_free
+        if need > free:
+            return False
+        if need <= free - len(hits):
+            return True
+        return need <= free - list(map(self.pool.ref_cnt.__getitem__, hits)).count(0)
 
     def admit(self, seq_id: int, prompt_token_ids: Sequence[int], final_len: int,
               num_tokens: int) -> Admission | None:
@@ -274,33 +371,29 @@ class PagedKVCacheManager:
                              "(the prompt tokens to hold after this step)")
         bs, pool = self.block_size, self.pool
         hits: list[int] = []
-        keys: list[tuple] = []
-        data = b""
+        prompt = None
         if self.enable_prefix_caching:
-            data = _token_bytes(prompt_token_ids)
-            hits, keys = self._prefix_hits(data, prompt_len)
+            prompt = self._prompt(prompt_token_ids)
+            hits = self._prefix_hits(prompt, prompt_len)
         num_cached = len(hits) * bs
         n = max(num_tokens, num_cached)
         need = -(-n // bs) - len(hits)
-        ref = pool.ref_cnt
-        reclaimed = [ref[b] for b in hits].count(0)  # cached free blocks taken off the queue
-        if need > pool.num_free - reclaimed:
+        if not self._fits(hits, need):
             return None
         # Commit. NOTE: touch the hits before allocating so they are not popped for reuse.
-        for b in hits:
-            r = ref[b]
-            if r:
-                ref[b] = r + 1
-            else:
-                pool.touch(b)  # a free cached block: off the queue
-        table = hits + pool.allocate(need) if need else hits
+        pool.touch_many(hits)
+        table = hits + pool.allocate(need)
+        keys: list[tuple] = []
         tail = array("i")
-        if self.enable_prefix_caching:
-            w = self._key_bytes
-            first = len(hits)
-            self._key_blocks(table, first, data, first * w, n // bs - first, keys)
-            tail.frombytes(data[(n // bs) * w:n * 4])
+        if prompt is not None:
+            full = n // bs
+            new_keys = prompt.keys(len(hits), full)
+            pool.register_many(table[len(hits):full], new_keys)
+            keys = prompt.hit_keys + new_keys
+            tail.frombytes(prompt.data[full * self._key_bytes:n * 4])
         s = _Seq(table, n, final_len, prompt_len, keys, tail)
+        if prompt is not None and len(keys) < len(prompt.blocks):
+            s.known = prompt
         self._seqs[seq_id] = s
         if n % bs:
             last = len(table) - 1
@@ -462,28 +555,48 @@ class PagedKVCacheManager:
 
     def _key_full_blocks(self, s: _Seq) -> None:
         """Key and register the blocks the tail buffer has filled."""
-        tail = s.tail
-        full = len(tail) // self.block_size
-        self._key_blocks(s.table, len(s.keys), tail.tobytes(), 0, full, s.keys)
-        del tail[:full * self.block_size]
-
-    def _key_blocks(self, table: list[int], first: int, data: bytes, offset: int, count: int,
-                    keys: list[tuple]) -> None:
-        """Key blocks ``table[first:first + count]`` with the ``count`` token blocks of
-        ``data`` from byte ``offset``, chained after ``keys[-1]``; register each one whose
-        key is free (``BlockPool.register``, inlined); append the keys to ``keys``."""
-        pool = self.pool
-        cached, block_keys, w = pool._cached, pool._keys, self._key_bytes
-        parent = hash(keys[-1]) if keys else 0
-        for j in range(count):
-            start = offset + j * w
-            key = (parent, data[start:start + w])
-            b = table[first + j]
-            if block_keys[b] is None and key not in cached:
-                cached[key] = b
-                block_keys[b] = key
+        tail, keys = s.tail, s.keys
+        first = len(keys)
+        count = len(tail) // self.block_size
+        data = tail.tobytes()
+        if count == 1 and s.known is None:
+            # The decode hot path: one block; _next_parent and BlockPool.register inlined.
+            if keys:
+                last = keys[-1]
+                key = ((last[0] * _MUL + hash(last[1])) & _MASK, data[:self._key_bytes])
+            else:
+                key = (0, data[:self._key_bytes])
+            pool, b = self.pool, s.table[first]
+            if not pool._held[b] and pool._cached.setdefault(key, b) == b:
+                pool._keys[b] = key
+                pool._held[b] = 1
             keys.append(key)
-            parent = hash(key)
+            del tail[:self.block_size]
+            return
+        new = self._known_keys(s, data, count) if s.known is not None else []
+        if len(new) < count:
+            before = new or keys
+            w = self._key_bytes
+            new += zip(*_chain(_next_parent(before[-1]) if before else 0, data, len(new) * w,
+                               count - len(new), w))
+        self.pool.register_many(s.table[first:first + count], new)
+        keys += new
+        del tail[:count * self.block_size]
+
+    def _known_keys(self, s: _Seq, data: bytes, count: int) -> list[tuple]:
+        """The precomputed keys (``s.known``, not None) of the next ``count`` blocks to
+        key, whose tokens are ``data``, as far as they reach; forgets ``s.known`` once
+        used up."""
+        known = s.known
+        first, w = len(s.keys), self._key_bytes
+        left = len(known.blocks) - first
+        m = min(count, left)
+        if m == left:
+            s.known = None  # the last of its full blocks is keyed now
+        if known.data[first * w:(first + m) * w] != data[:m * w]:
+            s.known = None  # not the admitted tokens (the engine never does that): key them
+            return []
+        return known.keys(first, first + m)
 
     def fork(self, parent_id: int, child_id: int, final_len: int) -> list[tuple[int, int]]:
         """``child_id`` shares all of the parent's blocks; never needs memory, returns []."""
@@ -495,9 +608,9 @@ class PagedKVCacheManager:
                              f"inherits from seq {parent_id}")
         c = _Seq(list(p.table), p.num_tokens, final_len, p.prompt_len, list(p.keys),
                  array("i", p.tail))
+        c.known = p.known
         self._seqs[child_id] = c
-        for b in c.table:
-            self.pool.touch(b)
+        self.pool.touch_many(c.table)
         p.room = 0  # NOTE: its last block is shared now: the next append may copy it
         if c.num_tokens % self.block_size:
             last = len(c.table) - 1
@@ -512,7 +625,7 @@ class PagedKVCacheManager:
             self._ledger.remove_owner(s.table[last], s.num_tokens - last * self.block_size,
                                       self._target(s, last))
         self._logical -= s.num_tokens
-        self.pool.free(reversed(s.table))  # NOTE: tail first, so the tail is evicted first
+        self.pool.free(s.table[::-1])  # NOTE: tail first, so the tail is evicted first
         s.table = []
         s.room = 0
 
@@ -554,8 +667,7 @@ class PagedKVCacheManager:
         s.table = table
         s.cpu_blocks = None
         self._cpu_free.extend(reversed(cpu))
-        for b, key in zip(table, s.keys):
-            self.pool.register(b, key)
+        self.pool.register_many(table[:len(s.keys)], s.keys)
         bs = self.block_size
         if s.num_tokens % bs:
             last = len(table) - 1
