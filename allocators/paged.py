@@ -8,7 +8,7 @@ token_bytes)``, prompt blocks and decode-produced blocks alike; the manager keep
 each sequence's partial tail tokens so it can key a block when it fills. The chain
 hash of blocks ``0..j`` is ``H_j = H_{j-1} * _MUL + hash(token_bytes_j)`` mod 2**64
 (``H_{-1} = 0``, the first block's parent): a polynomial in ``_MUL``, so a whole
-prompt's chain is computed at once with numpy (``_chain``). A prompt's chain is
+prompt's chain is computed at once with numpy (``_chain_arrays``). A prompt's keys are
 computed once and reused while it waits, is admitted and is prefilled chunk by chunk
 (``_Prompt``).
 ``admit`` reuses the longest run of cached leading prompt blocks, capped at
@@ -37,7 +37,7 @@ assert array("i").itemsize == 4, "token buffers assume a 4-byte C int (np.int32 
 
 _MASK = (1 << 64) - 1
 _MUL = 0x9E3779B97F4A7C15  # odd, so invertible mod 2**64
-_VECTOR_MIN_BLOCKS = 48  # from this many blocks on, _chain uses numpy
+_VECTOR_MIN_BLOCKS = 96  # from this many blocks on, chains are computed with numpy
 
 
 class _Powers:
@@ -63,23 +63,23 @@ def _next_parent(key: tuple) -> int:
     return (key[0] * _MUL + hash(key[1])) & _MASK
 
 
-def _chain(parent: int, data: bytes, offset: int, count: int,
-           width: int) -> tuple[list[int], list[bytes]]:
+def _chain_keys(parent: int, data: bytes, offset: int, count: int, width: int) -> list[tuple]:
     """The keys of the ``count`` blocks of ``width`` bytes in ``data`` from byte ``offset``,
-    chained after ``parent`` (the previous block's ``_next_parent``, 0 for block 0), as
-    two lists: the keys' parent chain hashes and their token bytes.
+    chained after ``parent`` (the previous block's ``_next_parent``, 0 for block 0)."""
+    if count >= _VECTOR_MIN_BLOCKS:
+        return list(zip(*_chain_arrays(parent, data, offset, count, width)))
+    keys = []
+    for start in range(offset, offset + count * width, width):
+        block = data[start:start + width]
+        keys.append((parent, block))
+        parent = (parent * _MUL + hash(block)) & _MASK
+    return keys
 
-    NOTE: no key tuple is built here: a tuple per block of a long prompt costs more (in
-    allocations and garbage collection) than building the few that are kept later.
-    """
-    if count < _VECTOR_MIN_BLOCKS:
-        parents, blocks = [], []
-        for start in range(offset, offset + count * width, width):
-            block = data[start:start + width]
-            parents.append(parent)
-            blocks.append(block)
-            parent = (parent * _MUL + hash(block)) & _MASK
-        return parents, blocks
+
+def _chain_arrays(parent: int, data: bytes, offset: int, count: int,
+                  width: int) -> tuple[list[int], list[bytes]]:
+    """``_chain_keys`` computed with numpy, as two lists: the keys' parent chain hashes
+    and their token bytes (no tuple per block: see ``_Prompt``)."""
     blocks = np.frombuffer(data, dtype=f"V{width}", count=count, offset=offset).tolist()
     content = np.fromiter(map(hash, blocks), dtype=np.int64, count=count).view(np.uint64)
     up, down = _POWERS.get(count)
@@ -106,25 +106,35 @@ def _token_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:
 
 
 class _Prompt:
-    """Token bytes passed to ``admit`` and the chain (``_chain``) of all their full blocks.
+    """Token bytes passed to ``admit`` and the cache keys of all their full blocks.
 
+    NOTE: a long prompt keeps its chain as two lists (``_chain_arrays``) and builds key
+    tuples only for the blocks asked for: a tuple per block of every long prompt costs
+    more (allocation, garbage collection) than the few that are looked up or kept.
     ``hits``/``hit_keys``/``evictions`` memoise the last ``_prefix_hits`` answer for
     them: the hit blocks, the keys they hold and the pool's ``num_evictions`` then.
     """
 
-    __slots__ = ("data", "parents", "blocks", "hits", "hit_keys", "evictions")
+    __slots__ = ("data", "num_blocks", "_keys", "_parents", "_blocks", "hits", "hit_keys",
+                 "evictions")
 
-    def __init__(self, data: bytes, parents: list[int], blocks: list[bytes]) -> None:
+    def __init__(self, data: bytes, width: int) -> None:
         self.data = data
-        self.parents = parents
-        self.blocks = blocks
+        self.num_blocks = n = len(data) // width
+        self._keys: list[tuple] | None = None
+        if n < _VECTOR_MIN_BLOCKS:
+            self._keys = _chain_keys(0, data, 0, n, width)
+        else:
+            self._parents, self._blocks = _chain_arrays(0, data, 0, n, width)
         self.hits: list[int] = []
         self.hit_keys: list[tuple] = []
         self.evictions = -1  # not asked yet
 
     def keys(self, start: int, end: int) -> list[tuple]:
         """The keys of full blocks ``start .. end - 1``."""
-        return list(zip(self.parents[start:end], self.blocks[start:end]))
+        if self._keys is not None:
+            return self._keys[start:end]
+        return list(zip(self._parents[start:end], self._blocks[start:end]))
 
 
 class _Seq:
@@ -233,8 +243,7 @@ class PagedKVCacheManager:
         last = self._last_prompt
         if last is not None and last.data == data:
             return last
-        w = self._key_bytes
-        prompt = _Prompt(data, *_chain(0, data, 0, len(data) // w, w))
+        prompt = _Prompt(data, self._key_bytes)
         self._last_prompt = prompt
         return prompt
 
@@ -260,11 +269,11 @@ class PagedKVCacheManager:
                     cut = list(map(lost.__contains__, hits)).index(True)
                     del hits[cut:], prompt.hit_keys[cut:]
         limit = (prompt_len - 1) // self.block_size
-        parents, blocks, get, step = prompt.parents, prompt.blocks, pool._cached.get, 1
+        get, step = pool._cached.get, 1
         while len(hits) < limit:  # look up runs of keys until one misses
             i = len(hits)
             j = min(limit, i + step)
-            found = list(map(get, zip(parents[i:j], blocks[i:j])))
+            found = list(map(get, prompt.keys(i, j)))
             if None in found:
                 del found[found.index(None):]
             hits += found
@@ -294,7 +303,7 @@ class PagedKVCacheManager:
         i = len(self._prefix_hits(prompt, prompt_len))
         if i >= (prompt_len - 1) // self.block_size:
             return None
-        return prompt.parents[i], prompt.blocks[i]
+        return prompt.keys(i, i + 1)[0]
 
     def filled_block_keys(self, seq_id: int, token_ids: Sequence[int]) -> list[tuple]:
         """The cache keys of the blocks that appending ``token_ids`` to ``seq_id`` would
@@ -304,8 +313,7 @@ class PagedKVCacheManager:
             return []
         data = s.tail.tobytes() + _token_bytes(token_ids)
         w = self._key_bytes
-        return list(zip(*_chain(_next_parent(s.keys[-1]) if s.keys else 0, data, 0,
-                                len(data) // w, w)))
+        return _chain_keys(_next_parent(s.keys[-1]) if s.keys else 0, data, 0, len(data) // w, w)
 
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         return -(-final_len // self.block_size) <= self.num_blocks
@@ -392,7 +400,7 @@ class PagedKVCacheManager:
             keys = prompt.hit_keys + new_keys
             tail.frombytes(prompt.data[full * self._key_bytes:n * 4])
         s = _Seq(table, n, final_len, prompt_len, keys, tail)
-        if prompt is not None and len(keys) < len(prompt.blocks):
+        if prompt is not None and len(keys) < prompt.num_blocks:
             s.known = prompt
         self._seqs[seq_id] = s
         if n % bs:
@@ -577,8 +585,8 @@ class PagedKVCacheManager:
         if len(new) < count:
             before = new or keys
             w = self._key_bytes
-            new += zip(*_chain(_next_parent(before[-1]) if before else 0, data, len(new) * w,
-                               count - len(new), w))
+            new += _chain_keys(_next_parent(before[-1]) if before else 0, data, len(new) * w,
+                               count - len(new), w)
         self.pool.register_many(s.table[first:first + count], new)
         keys += new
         del tail[:count * self.block_size]
@@ -589,7 +597,7 @@ class PagedKVCacheManager:
         used up."""
         known = s.known
         first, w = len(s.keys), self._key_bytes
-        left = len(known.blocks) - first
+        left = known.num_blocks - first
         m = min(count, left)
         if m == left:
             s.known = None  # the last of its full blocks is keyed now

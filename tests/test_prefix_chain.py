@@ -21,11 +21,11 @@ W = 4 * BS
 
 
 def keys_of(parent, data, count, vector):
-    """``_chain`` as key tuples, forced onto the numpy or the Python path."""
+    """``_chain_keys``, forced onto the numpy or the Python path."""
     saved = paged._VECTOR_MIN_BLOCKS
     paged._VECTOR_MIN_BLOCKS = 1 if vector else 10**9
     try:
-        return list(zip(*paged._chain(parent, data, 0, count, W)))
+        return paged._chain_keys(parent, data, 0, count, W)
     finally:
         paged._VECTOR_MIN_BLOCKS = saved
 
