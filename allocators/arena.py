@@ -22,6 +22,7 @@ largest free interval (O(1)).
 from __future__ import annotations
 
 import heapq
+from abc import ABC, abstractmethod
 from bisect import bisect_left, insort
 
 
@@ -131,7 +132,7 @@ class BuddyArena:
         return sorted((a, 1 << j) for j, s in enumerate(self._free) for a in s)
 
 
-class _FitArena:
+class _FitArena(ABC):
     """Free-interval lists with coalescing; subclasses choose the interval."""
 
     kind = ""
@@ -155,8 +156,9 @@ class _FitArena:
     def max_allocation(self) -> int:
         return self.capacity
 
+    @abstractmethod
     def _choose(self, size: int) -> int | None:
-        raise NotImplementedError
+        """The start of the free interval a ``size``-slot allocation takes (None: none fits)."""
 
     def _remove_interval(self, start: int) -> int:
         length = self._len.pop(start)

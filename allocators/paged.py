@@ -474,33 +474,7 @@ class PagedKVCacheManager:
         NOTE: misuse raises ValueError like ``append``, after committing the sequences
         before the faulty one.
         """
-        seqs = self._seqs
-        caching = self.enable_prefix_caching
-        in_block = 0  # appends that stayed inside a sole-owned partial last block
-        done = 0
-        try:
-            for seq_id, token in zip(seq_ids, token_ids):
-                s = seqs.get(seq_id)
-                if s is None:
-                    self._get(seq_id)  # raises the right error
-                room = s.room
-                if room:
-                    s.room = room - 1
-                    s.num_tokens += 1
-                    in_block += 1
-                    if caching:
-                        s.tail.append(token)
-                else:
-                    grown = self.append(seq_id, (token,))  # the general path
-                    if grown is None:
-                        break
-                    if grown:
-                        copies.extend(grown)
-                done += 1
-        finally:
-            self._ledger.fill_sum += in_block
-            self._logical += in_block
-        return done
+        return self.append_batch(seq_ids, ((token,) for token in token_ids), copies)
 
     def append_batch(self, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
                      copies: list[tuple[int, int]]) -> int:
@@ -523,7 +497,10 @@ class PagedKVCacheManager:
                     s.num_tokens += k
                     in_block += k
                     if caching:
-                        s.tail.extend(_as_tokens(tokens))
+                        if k == 1 and not isinstance(tokens, np.ndarray):
+                            s.tail.append(tokens[0])
+                        else:
+                            s.tail.extend(_as_tokens(tokens))
                 else:
                     grown = self.append(seq_id, tokens)
                     if grown is None:

@@ -9,6 +9,7 @@ return, and updates the mirror; ``check()`` compares the manager with the mirror
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Callable
 
 import numpy as np
@@ -41,7 +42,7 @@ def expected_reservation(policy: str, prompt_len: int, final_len: int, max_len: 
     return min(max_len, prompt_len + (1 << (final_len - prompt_len).bit_length()) - 1)
 
 
-class _Model:
+class _Model(ABC):
     """Bookkeeping shared by both models: the reference sequences by id.
 
     ``seqs[id]``: ``prompt`` and ``tokens`` (lists), ``final`` (length when done) and
@@ -85,8 +86,9 @@ class _Model:
         with pytest.raises(ValueError):
             self.m.append(sid, [0])
 
+    @abstractmethod
     def write(self, sid: int, start: int, tokens: list[int]) -> None:
-        raise NotImplementedError
+        """Record ``tokens``, written at positions ``start``.., in the model's copy of the KV."""
 
     def _extend(self, sid: int, tokens: list[int]) -> None:
         seq = self.seqs[sid]
