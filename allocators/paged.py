@@ -3,19 +3,11 @@
 Each sequence has a block table; blocks are allocated on demand as tokens arrive,
 so a sequence holding ``n`` tokens owns exactly ``ceil(n / block_size)`` blocks.
 
-Prefix caching: every FULL block gets the cache key ``(parent_chain_hash,
-token_bytes)``, prompt blocks and decode-produced blocks alike; the manager keeps
-each sequence's partial tail tokens so it can key a block when it fills. The chain
-hash of blocks ``0..j`` is ``H_j = H_{j-1} * _MUL + hash(token_bytes_j)`` mod 2**64
-(``H_{-1} = 0``, the first block's parent): a polynomial in ``_MUL``, so a whole
-prompt's chain is computed at once with numpy (``_chain_arrays``). A prompt's keys are
-computed once and reused while it waits, is admitted and is prefilled chunk by chunk
-(``_Prompt``).
-``admit`` reuses the longest run of cached leading prompt blocks, capped at
-``len(prompt) - 1`` tokens so at least one prompt token is computed.
-NOTE: ``hash()`` of bytes is salted per process (PYTHONHASHSEED), but hits and
-block ids do not depend on hash values (the key comparison checks the token
-bytes), so runs stay deterministic.
+Prefix caching: every FULL block gets a cache key (``allocators.prefix_keys``: the
+parent's chain hash and the block's token bytes), prompt blocks and decode-produced
+blocks alike; the manager keeps each sequence's partial tail tokens so it can key a
+block when it fills. ``admit`` reuses the longest run of cached leading prompt
+blocks, capped at ``len(prompt) - 1`` tokens so at least one prompt token is computed.
 
 Fork shares every block (ref counts up). The first append into a shared, partially
 filled last block copies it (copy-on-write) and returns ``[(src, dst)]``.
@@ -31,110 +23,8 @@ import numpy as np
 from allocators.accounting import PartialBlockLedger, make_breakdown
 from allocators.base import Admission, ManagerStats, MemoryBreakdown
 from allocators.block_pool import BlockPool, gather
-
-assert array("i").itemsize == 4, "token buffers assume a 4-byte C int (np.int32 bytes)"
-
-
-_MASK = (1 << 64) - 1
-_MUL = 0x9E3779B97F4A7C15  # odd, so invertible mod 2**64
-_VECTOR_MIN_BLOCKS = 96  # from this many blocks on, chains are computed with numpy
-
-
-class _Powers:
-    """``_MUL ** i`` and ``_MUL ** -i`` mod 2**64 for i < n as uint64 arrays, grown on demand."""
-
-    def __init__(self) -> None:
-        self.up = np.ones(1, dtype=np.uint64)
-        self.down = np.ones(1, dtype=np.uint64)
-
-    def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        while len(self.up) < n:  # doubling: [x] -> [x, x * MUL**len]
-            k = len(self.up)
-            self.up = np.concatenate([self.up, self.up * np.uint64(pow(_MUL, k, 1 << 64))])
-            self.down = np.concatenate([self.down, self.down * np.uint64(pow(_MUL, -k, 1 << 64))])
-        return self.up[:n], self.down[:n]
-
-
-_POWERS = _Powers()
-
-
-def _next_parent(key: tuple) -> int:
-    """The chain hash a block's key passes on to the next block's key."""
-    return (key[0] * _MUL + hash(key[1])) & _MASK
-
-
-def _chain_keys(parent: int, data: bytes, offset: int, count: int, width: int) -> list[tuple]:
-    """The keys of the ``count`` blocks of ``width`` bytes in ``data`` from byte ``offset``,
-    chained after ``parent`` (the previous block's ``_next_parent``, 0 for block 0)."""
-    if count >= _VECTOR_MIN_BLOCKS:
-        return list(zip(*_chain_arrays(parent, data, offset, count, width)))
-    keys = []
-    for start in range(offset, offset + count * width, width):
-        block = data[start:start + width]
-        keys.append((parent, block))
-        parent = (parent * _MUL + hash(block)) & _MASK
-    return keys
-
-
-def _chain_arrays(parent: int, data: bytes, offset: int, count: int,
-                  width: int) -> tuple[list[int], list[bytes]]:
-    """``_chain_keys`` computed with numpy, as two lists: the keys' parent chain hashes
-    and their token bytes (no tuple per block: see ``_Prompt``)."""
-    blocks = np.frombuffer(data, dtype=f"V{width}", count=count, offset=offset).tolist()
-    content = np.fromiter(map(hash, blocks), dtype=np.int64, count=count).view(np.uint64)
-    up, down = _POWERS.get(count)
-    # NOTE: H_j = MUL**j * (parent * MUL + sum_{i<=j} c_i * MUL**-i); uint64 wraps mod 2**64
-    chain = (np.cumsum(content * down) + np.uint64(parent * _MUL & _MASK)) * up
-    parents = [parent]
-    parents += chain[:-1].tolist()
-    return parents, blocks
-
-
-def _as_tokens(token_ids: Sequence[int] | np.ndarray) -> array:
-    if isinstance(token_ids, np.ndarray):
-        return array("i", token_ids.astype(np.int32, copy=False).tobytes())
-    return array("i", token_ids)
-
-
-def _token_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:
-    """The ids as packed 4-byte ints (the bytes cache keys hold); one C-level copy."""
-    if isinstance(token_ids, np.ndarray):
-        return token_ids.astype(np.int32, copy=False).tobytes()
-    if isinstance(token_ids, array) and token_ids.typecode == "i":
-        return token_ids.tobytes()
-    return array("i", token_ids).tobytes()
-
-
-class _Prompt:
-    """Token bytes passed to ``admit`` and the cache keys of all their full blocks.
-
-    NOTE: a long prompt keeps its chain as two lists (``_chain_arrays``) and builds key
-    tuples only for the blocks asked for: a tuple per block of every long prompt costs
-    more (allocation, garbage collection) than the few that are looked up or kept.
-    ``hits``/``hit_keys``/``evictions`` memoise the last ``_prefix_hits`` answer for
-    them: the hit blocks, the keys they hold and the pool's ``num_evictions`` then.
-    """
-
-    __slots__ = ("data", "num_blocks", "_keys", "_parents", "_blocks", "hits", "hit_keys",
-                 "evictions")
-
-    def __init__(self, data: bytes, width: int) -> None:
-        self.data = data
-        self.num_blocks = n = len(data) // width
-        self._keys: list[tuple] | None = None
-        if n < _VECTOR_MIN_BLOCKS:
-            self._keys = _chain_keys(0, data, 0, n, width)
-        else:
-            self._parents, self._blocks = _chain_arrays(0, data, 0, n, width)
-        self.hits: list[int] = []
-        self.hit_keys: list[tuple] = []
-        self.evictions = -1  # not asked yet
-
-    def keys(self, start: int, end: int) -> list[tuple]:
-        """The keys of full blocks ``start .. end - 1``."""
-        if self._keys is not None:
-            return self._keys[start:end]
-        return list(zip(self._parents[start:end], self._blocks[start:end]))
+from allocators.prefix_keys import (MASK, MUL, PromptKeys, chain_keys, extend_tokens,
+                                    next_parent, token_bytes)
 
 
 class _Seq:
@@ -156,7 +46,7 @@ class _Seq:
         self.room = 0
         # The admitted tokens while some of their full blocks are not keyed yet, so that
         # chunks of them are keyed from the precomputed keys (prefix caching only).
-        self.known: _Prompt | None = None
+        self.known: PromptKeys | None = None
 
 
 class PagedKVCacheManager:
@@ -185,7 +75,8 @@ class PagedKVCacheManager:
         self._ledger = PartialBlockLedger(block_size)
         self._logical = 0  # tokens written, summed over device-resident sequences
         self._key_bytes = 4 * block_size
-        self._last_prompt: _Prompt | None = None  # see _prompt
+        self._last_prompt: PromptKeys | None = None  # see _prompt
+        self._last_ids: np.ndarray | None = None  # the read-only ids it was asked for last
 
     # ---------------------------------------------------------------- queries
     def _get(self, seq_id: int) -> _Seq:
@@ -236,18 +127,26 @@ class PagedKVCacheManager:
         """Whether any partially filled block is shared (only forks share one). O(1)."""
         return self._ledger.num_shared > 0
 
-    def _prompt(self, token_ids: Sequence[int] | np.ndarray) -> _Prompt:
+    def _prompt(self, token_ids: Sequence[int] | np.ndarray) -> PromptKeys:
         """The chain of ``token_ids``' full blocks, memoised for the last token ids asked
-        about: a waiting request is asked about (and admitted) with the same ids again."""
-        data = _token_bytes(token_ids)
+        about: a waiting request is asked about (and admitted) with the same ids again.
+
+        NOTE: a read-only array asked about again (a request's prompt) is the same ids
+        without comparing its bytes; the manager keeps a reference, so it stays that array.
+        """
         last = self._last_prompt
+        if token_ids is self._last_ids and last is not None:
+            return last
+        data = token_bytes(token_ids)
+        self._last_ids = (token_ids if isinstance(token_ids, np.ndarray)
+                          and not token_ids.flags.writeable else None)
         if last is not None and last.data == data:
             return last
-        prompt = _Prompt(data, self._key_bytes)
+        prompt = PromptKeys(data, self._key_bytes)
         self._last_prompt = prompt
         return prompt
 
-    def _prefix_hits(self, prompt: _Prompt, prompt_len: int) -> list[int]:
+    def _prefix_hits(self, prompt: PromptKeys, prompt_len: int) -> list[int]:
         """Cached blocks of the longest run of full leading prompt blocks, at most
         ``prompt_len - 1`` tokens (memoised in ``prompt``: do not change the list).
         Changes nothing in the pool.
@@ -264,9 +163,9 @@ class PagedKVCacheManager:
                 hits.clear()
                 prompt.hit_keys.clear()
             else:
-                lost = set(hits).intersection(gone)
-                if lost:
-                    cut = list(map(lost.__contains__, hits)).index(True)
+                gone = set(gone)
+                if not gone.isdisjoint(hits):
+                    cut = list(map(gone.__contains__, hits)).index(True)
                     del hits[cut:], prompt.hit_keys[cut:]
         limit = (prompt_len - 1) // self.block_size
         get, step = pool._cached.get, 1
@@ -311,9 +210,9 @@ class PagedKVCacheManager:
         s = self._get_resident(seq_id, "look ahead of")
         if not self.enable_prefix_caching:
             return []
-        data = s.tail.tobytes() + _token_bytes(token_ids)
+        data = s.tail.tobytes() + token_bytes(token_ids)
         w = self._key_bytes
-        return _chain_keys(_next_parent(s.keys[-1]) if s.keys else 0, data, 0, len(data) // w, w)
+        return chain_keys(next_parent(s.keys[-1]) if s.keys else 0, data, 0, len(data) // w, w)
 
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         return -(-final_len // self.block_size) <= self.num_blocks
@@ -434,7 +333,7 @@ class PagedKVCacheManager:
                 if k == 1 and not isinstance(token_ids, np.ndarray):
                     s.tail.append(token_ids[0])
                 else:
-                    s.tail.extend(_as_tokens(token_ids))
+                    extend_tokens(s.tail, token_ids)
             return []
         if s.cpu_blocks is not None:
             self._get_resident(seq_id, "append to")  # raises the right error
@@ -455,7 +354,7 @@ class PagedKVCacheManager:
             if k == 1 and not isinstance(token_ids, np.ndarray):
                 tail.append(token_ids[0])
             else:
-                tail.extend(_as_tokens(token_ids))
+                extend_tokens(tail, token_ids)
             if len(tail) >= self.block_size:
                 self._key_full_blocks(s)
         self._set_room(s)
@@ -500,7 +399,7 @@ class PagedKVCacheManager:
                         if k == 1 and not isinstance(tokens, np.ndarray):
                             s.tail.append(tokens[0])
                         else:
-                            s.tail.extend(_as_tokens(tokens))
+                            extend_tokens(s.tail, tokens)
                 else:
                     grown = self.append(seq_id, tokens)
                     if grown is None:
@@ -522,8 +421,8 @@ class PagedKVCacheManager:
         if need + cow > pool.num_free:
             return None
         copies = []
-        if used:
-            ledger.remove_owner(table[last], used, self._target(s, last))
+        if used:  # NOTE: self._target inlined here and below (the decode hot path)
+            ledger.remove_owner(table[last], used, min(bs, s.final_len - last * bs))
         if cow:
             src = table[last]
             dst = pool.allocate(1)[0]
@@ -535,7 +434,7 @@ class PagedKVCacheManager:
             table.extend(pool.allocate(need))
         if new_n % bs:
             last = len(table) - 1
-            ledger.add_owner(table[last], new_n - last * bs, self._target(s, last))
+            ledger.add_owner(table[last], new_n - last * bs, min(bs, s.final_len - last * bs))
         return copies
 
     def _key_full_blocks(self, s: _Seq) -> None:
@@ -545,10 +444,10 @@ class PagedKVCacheManager:
         count = len(tail) // self.block_size
         data = tail.tobytes()
         if count == 1 and s.known is None:
-            # The decode hot path: one block; _next_parent and BlockPool.register inlined.
+            # The decode hot path: one block; next_parent and BlockPool.register inlined.
             if keys:
                 last = keys[-1]
-                key = ((last[0] * _MUL + hash(last[1])) & _MASK, data[:self._key_bytes])
+                key = ((last[0] * MUL + hash(last[1])) & MASK, data[:self._key_bytes])
             else:
                 key = (0, data[:self._key_bytes])
             pool, b = self.pool, s.table[first]
@@ -562,7 +461,7 @@ class PagedKVCacheManager:
         if len(new) < count:
             before = new or keys
             w = self._key_bytes
-            new += _chain_keys(_next_parent(before[-1]) if before else 0, data, len(new) * w,
+            new += chain_keys(next_parent(before[-1]) if before else 0, data, len(new) * w,
                                count - len(new), w)
         self.pool.register_many(s.table[first:first + count], new)
         keys += new

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import allocators.block_pool as block_pool
-import allocators.paged as paged
+import allocators.prefix_keys as prefix_keys
 from allocators import PagedKVCacheManager
 from allocators.block_pool import BlockPool
 
@@ -21,13 +21,13 @@ W = 4 * BS
 
 
 def keys_of(parent, data, count, vector):
-    """``_chain_keys``, forced onto the numpy or the Python path."""
-    saved = paged._VECTOR_MIN_BLOCKS
-    paged._VECTOR_MIN_BLOCKS = 1 if vector else 10**9
+    """``chain_keys``, forced onto the numpy or the Python path."""
+    saved = prefix_keys.VECTOR_MIN_BLOCKS
+    prefix_keys.VECTOR_MIN_BLOCKS = 1 if vector else 10**9
     try:
-        return paged._chain_keys(parent, data, 0, count, W)
+        return prefix_keys.chain_keys(parent, data, 0, count, W)
     finally:
-        paged._VECTOR_MIN_BLOCKS = saved
+        prefix_keys.VECTOR_MIN_BLOCKS = saved
 
 
 @pytest.mark.parametrize("count", [1, 2, 17, 128, 300])
@@ -41,7 +41,7 @@ def test_a_chain_split_anywhere_continues_from_the_last_key():
     data = np.random.default_rng(0).integers(0, 1 << 30, 200 * BS, dtype=np.int32).tobytes()
     whole = keys_of(0, data, 200, vector=True)
     for split in (1, 63, 150):
-        rest = keys_of(paged._next_parent(whole[split - 1]), data[split * W:], 200 - split,
+        rest = keys_of(prefix_keys.next_parent(whole[split - 1]), data[split * W:], 200 - split,
                        vector=split % 2 == 0)
         assert whole[:split] + rest == whole
     assert whole[0] == (0, data[:W]) and all(key[1] == data[i * W:(i + 1) * W]
