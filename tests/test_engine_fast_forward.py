@@ -140,3 +140,25 @@ def test_arrivals_behind_a_blocked_queue_head_do_not_end_a_span(system, monkeypa
     steps = run(requests, system, engine_spec(**base)).recorder.step_table()
     assert (steps["num_waiting"] > 0).mean() > 0.5  # saturated
     assert len(absorbed) >= 5
+
+
+@pytest.mark.parametrize("count", [1, 5, 300, 5000])
+def test_extend_synthetic_appends_the_synthetic_tokens(count):
+    """The bulk token append equals ``synthetic_tokens``: plain ids, ids that wrap around
+    ``SYNTHETIC_TOKEN_BASE``, and the ids a workload gives."""
+    from harness.engine.sequence import (SYNTHETIC_TOKEN_BASE, Sequence, SequenceGroup,
+                                         extend_synthetic)
+
+    given = np.arange(10_000, 10_000 + 6000, dtype=np.int32)
+    requests = [Request(0, 0.0, np.arange(3, dtype=np.int32), 6000),
+                Request(1, 0.0, np.arange(3, dtype=np.int32), 6000, output_token_ids=given)]
+    seqs = [Sequence(i, SequenceGroup(r), 0) for i, r in enumerate(requests)]
+    wrapping = Sequence(2, SequenceGroup(requests[0]), 0)
+    wrapping.synthetic_offset = SYNTHETIC_TOKEN_BASE - 10  # its ids wrap after 10 tokens
+    seqs.append(wrapping)
+    for seq in seqs:
+        seq.generated.extend(seq.synthetic_tokens(0, 7))
+    expected = [list(seq.synthetic_tokens(0, 7 + count)) for seq in seqs]
+    extend_synthetic(seqs, [7] * len(seqs), count)
+    assert [seq.generated.tolist() for seq in seqs] == expected
+    assert all(seq.generated.typecode == "q" for seq in seqs)

@@ -90,7 +90,7 @@ def interrupt_cli(run_dir: Path, *overrides: str, after: str, wait_s: float) -> 
 
 def test_ctrl_c_stops_the_workers_and_writes_what_has_run(tmp_path):
     # each system takes several seconds: two are running at Ctrl-C, oracle waits for a worker
-    status, stderr = interrupt_cli(tmp_path, "workload=sharegpt_like", "workload.num_requests=5000",
+    status, stderr = interrupt_cli(tmp_path, "workload=sharegpt_like", "workload.num_requests=20000",
                                    "systems=[paged,max,oracle]", "jobs=2",
                                    after="running 3 systems in 2 processes", wait_s=2)
     assert (status, "Traceback" in stderr) == (130, False), stderr

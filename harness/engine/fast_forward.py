@@ -24,14 +24,16 @@ a sequence's new blocks together, but no figure depends on which ids they are).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
 from allocators.contiguous import ContiguousKVCacheManager
 from allocators.paged import PagedKVCacheManager
 from harness.engine.scheduler import Scheduler, StepPlan
-from harness.engine.sequence import Sequence, SequenceGroup
+from harness.engine.sequence import Sequence, SequenceGroup, extend_synthetic
 from harness.metrics import MEMORY_CATEGORIES, RunRecorder
 
 # Shorter spans run step by step (1: even one bulk step costs less than a scheduled one).
@@ -44,28 +46,40 @@ _BREAKDOWN_COLUMNS = (*MEMORY_CATEGORIES, "logical_tokens", "allocated_slots",
 
 @dataclass
 class Arrivals:
-    """The requests yet to arrive, as fast-forward needs them."""
+    """The requests yet to arrive, as fast-forward needs them.
 
-    times: np.ndarray  # [num_requests] float64 arrival times, ascending
-    joins: np.ndarray  # [num_requests + 1] int64: requests among the first i that are not rejected
+    NOTE: plain lists: spans are short, and a few Python steps over them cost less
+    than numpy's per-call overhead.
+    """
+
+    times: list[float]  # [num_requests] arrival times, ascending
+    joins: list[int]  # [num_requests + 1]: requests among the first i that are not rejected
     next: int = 0  # the first request that has not arrived
 
     @classmethod
     def of(cls, requests, reasons: list[str | None]) -> "Arrivals":
         """From the run's requests and each one's rejection reason (None: it joins the queue)."""
-        times = np.fromiter((r.arrival_time for r in requests), np.float64, len(requests))
-        joined = np.fromiter((reason is None for reason in reasons), np.int64, len(reasons))
-        return cls(times, np.concatenate(([0], np.cumsum(joined))))
+        times = [float(r.arrival_time) for r in requests]
+        joins = list(accumulate((reason is None for reason in reasons), initial=0))
+        return cls(times, joins)
 
     @property
     def next_time(self) -> float | None:
-        return float(self.times[self.next]) if self.next < len(self.times) else None
+        return self.times[self.next] if self.next < len(self.times) else None
 
-    def joined_by(self, starts: np.ndarray) -> np.ndarray:
+    def joined_by(self, starts: list[float]) -> list[int]:
         """[len(starts)]: requests that join the waiting queue before a step starting at each
-        time (the engine takes arrivals at or before a step's start)."""
-        arrived = np.searchsorted(self.times, starts, side="right")
-        return self.joins[np.maximum(arrived, self.next)] - self.joins[self.next]
+        time (``starts`` ascending; the engine takes arrivals at or before a step's start)."""
+        times, joins, first = self.times, self.joins, self.next
+        end = len(times)
+        arrived = first  # requests arrived by the step's start (at least those before next)
+        counts = []
+        for start in starts:
+            while arrived < end and times[arrived] <= start:
+                arrived += 1
+            counts.append(joins[arrived])
+        base = joins[first]
+        return [count - base for count in counts]
 
 
 @dataclass
@@ -154,13 +168,15 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     priced = min(span, PRICE_WINDOW) if next_arrival_time is not None else span
     while True:
         durations = executor.decode_durations(sum_positions, num_seqs, priced)  # [priced]
-        ends = np.cumsum(np.concatenate(([now], durations)))[1:]  # sequential, like the loop
-        arrived = next_arrival_time is not None and ends[-1] >= next_arrival_time
+        # [priced + 1]: each step's start, then the last one's end; summed in order, like
+        # the loop's clock
+        clock = list(accumulate(durations, initial=float(now)))
+        arrived = next_arrival_time is not None and clock[-1] >= next_arrival_time
         if arrived or priced == span:
             break
         priced = span
-    if arrived:
-        span = int(np.argmax(ends >= next_arrival_time)) + 1  # the step the arrival lands in
+    if arrived:  # the step the arrival lands in: the first to end at or after it
+        span = bisect_left(clock, next_arrival_time, 1)  # (the clock never goes back)
 
     if paged:  # per-sequence arrays: which steps take blocks
         positions = np.array(computed, dtype=np.int64)
@@ -190,7 +206,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
             arrived = False
             if span < MIN_SPAN:
                 return None
-    durations, ends = durations[:span], ends[:span]
+    durations, starts, end_time = durations[:span], clock[:span], clock[span]
     if paged:
         written = written[:, :span]
     finishing = span == first_finish  # the last step finishes requests
@@ -223,13 +239,13 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         largest_free = [base.largest_free_extent] * span
         free = [base.capacity_slots - base.allocated_slots] * span
     zeros = [0] * span
-    starts = np.concatenate(([now], ends[:-1]))  # [span] each step's start: the loop's clock
     if queue_behind:  # arrivals join before each step starts
-        num_waiting = (len(scheduler.waiting) + arrivals.joined_by(starts)).tolist()
+        waiting = len(scheduler.waiting)
+        num_waiting = [waiting + joined for joined in arrivals.joined_by(starts)]
     else:
         num_waiting = [len(scheduler.waiting)] * span
     columns = dict(
-        time_s=starts.tolist(), duration_s=durations.tolist(),
+        time_s=starts, duration_s=durations,
         num_seqs=[num_seqs] * span, num_batched_tokens=[num_seqs] * span,
         num_prefill_tokens=zeros, num_waiting=num_waiting,
         num_preempted=zeros, token_states=token_states, reserved=reserved,
@@ -241,20 +257,22 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         largest_free_extent=largest_free, cached_free_slots=cached_free,
     )
 
-    # Commit: the sampled tokens, and the KV appends (the tokens whose KV each step writes:
-    # the last sampled one, then the span's but its last).
+    # Commit: the KV appends (the tokens whose KV each step writes: the last sampled one,
+    # then the span's but its last), and the sampled tokens.
+    if keyed:
+        kv_tokens = []
+        for seq, first in zip(seqs, generated):
+            tokens = seq.synthetic_tokens(first, span)
+            last = seq.generated[-1]
+            if type(tokens) is range and last == tokens.start - 1:  # consecutive ids
+                kv_tokens.append(range(last, tokens.stop - 1))
+            else:
+                kv_tokens.append([last, *tokens[:-1]])
+    else:  # NOTE: only the count is read (nothing is keyed on token ids)
+        kv_tokens = [range(span)] * num_seqs
+    extend_synthetic(seqs, generated, span)
     seq_ids: list[int] = []
-    kv_tokens = []
-    for seq, first in zip(seqs, generated):
-        tokens = seq.synthetic_tokens(first, span)
-        gen = seq.generated
-        if not keyed:  # NOTE: only the count is read (nothing is keyed on token ids)
-            kv_tokens.append(tokens)
-        elif type(tokens) is range and gen[-1] == tokens.start - 1:  # consecutive ids
-            kv_tokens.append(range(tokens.start - 1, tokens.stop - 1))
-        else:
-            kv_tokens.append([gen[-1], *tokens[:-1]])
-        gen.extend(tokens)
+    for seq in seqs:
         seq.num_computed += span
         seq_ids.append(seq.seq_id)
     if shared_keys:
@@ -264,7 +282,6 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
 
     finished: list[SequenceGroup] = []
-    end_time = float(ends[-1])
     if finishing:  # the groups of the sequences done now (all of a group's: no beams here)
         done = {seqs[i].group: None for i, left in enumerate(remaining_list) if left == span}
         finished = scheduler.finish_decoded(end_time, list(done))

@@ -297,9 +297,14 @@ class Scheduler:
             if self.num_running_seqs + width > self.spec.max_num_seqs or self._budget <= 0:
                 return
             restarted = bool(group.seqs)
-            seq = group.seqs[0] if restarted else self._new_seq(group)
-            total = seq.num_tokens
-            tokens = seq.token_ids(0, total)
+            if restarted:  # after a preemption: its prompt and generated tokens
+                seq = group.seqs[0]
+                seq_id, total = seq.seq_id, seq.num_tokens
+                tokens = seq.token_ids(0, total)
+            else:  # NOTE: its first Sequence is made once admitted (the head is often refused)
+                seq_id = self._next_seq_id
+                tokens = group.request.prompt_token_ids
+                total = len(tokens)
             # Only tokens not served by the prefix cache count against the token budget.
             cached_guess = manager.cached_prefix_tokens(tokens) if total > self._budget else 0
             if width == 1 and self.spec.chunked_prefill:
@@ -307,18 +312,14 @@ class Scheduler:
             elif total - cached_guess <= self._budget:
                 target = total
             else:
-                if not restarted:
-                    group.next_lineage = 0
-                    self._next_seq_id -= 1
                 return
-            admission = manager.admit(seq.seq_id, tokens, seq.final_len, target)
+            admission = manager.admit(seq_id, tokens, group.request.kv_len, target)
             if admission is None:
-                if not restarted:
-                    group.next_lineage = 0
-                    self._next_seq_id -= 1
                 plan.memory_blocked = True
                 self._memory_refused = group
                 return
+            if not restarted:
+                seq = self._new_seq(group)  # seq_id, as admitted
             members: list[Sequence] = []
             if width > 1:
                 for _ in range(width - 1):

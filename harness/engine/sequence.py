@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from array import array
 from typing import Sequence as SequenceOf
 
@@ -12,6 +13,10 @@ from harness.workloads.request import Request
 # Synthetic generated-token ids live above every id a workload uses for prompts
 # (workloads draw below 2**30), so they never collide with prompt ids.
 SYNTHETIC_TOKEN_BASE = 1 << 30
+# extend_synthetic's int64 words 1, 1, 1, ... and 0, 1, 2, ..., as native bytes
+_RAMP_WORDS = 4096
+_ONES = (array("q", [1]) * _RAMP_WORDS).tobytes()
+_STEPS = array("q", range(_RAMP_WORDS)).tobytes()
 
 
 class Sequence:
@@ -90,11 +95,13 @@ class Sequence:
 class SequenceGroup:
     """A request in flight: one sequence, or several for parallel sampling / beams."""
 
-    __slots__ = ("request", "seqs", "first_token_time", "finish_time", "num_preemptions",
-                 "num_swaps", "cached_tokens", "next_lineage", "admitted_time")
+    __slots__ = ("request", "width", "seqs", "first_token_time", "finish_time",
+                 "num_preemptions", "num_swaps", "cached_tokens", "next_lineage", "admitted_time")
 
     def __init__(self, request: Request) -> None:
         self.request = request
+        # sequences the group runs with once prefilled (a constant the scheduler reads often)
+        self.width = max(request.num_samples, request.beam_width)
         self.seqs: list[Sequence] = []
         self.first_token_time: float | None = None
         self.finish_time: float | None = None
@@ -109,7 +116,27 @@ class SequenceGroup:
         """Priority: lower = earlier arrival = preempted last."""
         return self.request.request_id
 
-    @property
-    def width(self) -> int:
-        """Sequences the group runs with once prefilled."""
-        return max(self.request.num_samples, self.request.beam_width)
+
+def extend_synthetic(seqs: list[Sequence], firsts: list[int], count: int) -> None:
+    """``seq.generated.extend(seq.synthetic_tokens(first, count))`` for each sequence and
+    ``first`` (= ``len(seq.generated)``) in ``firsts``: ``count`` more tokens each.
+
+    NOTE: ``array.extend`` converts a range element by element. A run of consecutive ids
+    ``start, start + 1, ...`` is copied in as bytes instead: as native int64 words they are
+    the bytes of the integer ``start * ones + steps``, where ``ones``' words are all 1 and
+    ``steps``' are 0, 1, 2, ... (no word carries into the next: every id is below 2**31),
+    and Python computes that in a few C loops over the words.
+    """
+    bulk = count <= _RAMP_WORDS
+    base, order = SYNTHETIC_TOKEN_BASE, sys.byteorder
+    if bulk:
+        width = 8 * count  # the bytes of ``count`` int64 words ("q")
+        ones = int.from_bytes(_ONES[:width], order)
+        steps = int.from_bytes(_STEPS[:width], order)
+    for seq, first in zip(seqs, firsts):
+        offset = seq.synthetic_offset
+        start = (offset + first) % base
+        if not bulk or offset < 0 or start + count > base:
+            seq.generated.extend(seq.synthetic_tokens(first, count))  # given, or wrapping
+        else:
+            seq.generated.frombytes(((base + start) * ones + steps).to_bytes(width, order))

@@ -9,6 +9,9 @@ import numpy as np
 from harness.config import CostSpec, HardwareSpec, ModelSpec
 from harness.engine.scheduler import StepPlan
 
+# Spans of at most this many steps are priced on Python floats (see decode_seconds).
+SCALAR_SPAN = 24
+
 
 @dataclass(frozen=True)
 class StepCost:
@@ -71,21 +74,34 @@ class RooflineCostModel:
         return StepCost(seconds, flops, moved)
 
 
-    def decode_seconds(self, sum_positions: int, num_seqs: int, span: int) -> np.ndarray:
-        """Durations of ``span`` pure-decode steps ([span] float64), the same arithmetic as
-        ``step_cost``: ``num_seqs`` sequences whose positions sum to ``sum_positions``
-        before the first step, each appending one token per step."""
-        steps = np.arange(span, dtype=np.int64)
-        kv_read = (sum_positions + num_seqs * steps).astype(np.float64)
-        pairs = kv_read + num_seqs
-        flops = self.flops_per_token * num_seqs + self.attention_flops_per_pair * pairs
-        moved = self.weight_bytes + self.bytes_per_slot * (kv_read + num_seqs)
+    def decode_seconds(self, sum_positions: int, num_seqs: int, span: int) -> list[float]:
+        """Durations of ``span`` pure-decode steps, the same arithmetic as ``step_cost``:
+        ``num_seqs`` sequences whose positions sum to ``sum_positions`` before the first
+        step, each appending one token per step.
+
+        NOTE: numpy's fixed cost per operation outweighs the arithmetic for short spans
+        (most of them), so those are priced on Python floats: IEEE doubles too, with the
+        same operations in the same order, hence the same bits.
+        """
+        if span <= SCALAR_SPAN:
+            step = self._decode_step_seconds
+            return [step(float(kv_read), num_seqs, max)
+                    for kv_read in range(sum_positions, sum_positions + num_seqs * span, num_seqs)]
+        kv_read = (sum_positions + num_seqs * np.arange(span, dtype=np.int64)).astype(np.float64)
+        return self._decode_step_seconds(kv_read, num_seqs, np.maximum).tolist()
+
+    def _decode_step_seconds(self, kv_read, num_seqs: int, maximum):
+        """``step_cost(...).seconds`` of decode steps reading ``kv_read`` cached slots: a
+        float (``maximum``: ``max``) or a float64 array (``np.maximum``)."""
+        pairs = kv_read + num_seqs  # = the slots read and written, as a float
         fit = self.fit
         if fit is not None:
             return (fit.step_overhead_s + fit.per_token_s * num_seqs
                     + fit.per_attention_pair_s * pairs + fit.per_kv_read_slot_s * kv_read
                     + fit.per_seq_s * num_seqs + fit.per_prefill_chunk_s * 0)
-        return self.overhead + np.maximum(flops / self.peak_flops, moved / self.bandwidth)
+        flops = self.flops_per_token * num_seqs + self.attention_flops_per_pair * pairs
+        moved = self.weight_bytes + self.bytes_per_slot * pairs
+        return self.overhead + maximum(flops / self.peak_flops, moved / self.bandwidth)
 
 
 class SimExecutor:
@@ -105,6 +121,6 @@ class SimExecutor:
                                          plan.num_prefill_chunks)
         return cost.seconds, None
 
-    def decode_durations(self, sum_positions: int, num_seqs: int, span: int) -> np.ndarray:
+    def decode_durations(self, sum_positions: int, num_seqs: int, span: int) -> list[float]:
         """Durations of ``span`` steady decode steps, for fast-forwarding."""
         return self.cost_model.decode_seconds(sum_positions, num_seqs, span)
