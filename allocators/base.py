@@ -22,7 +22,7 @@ partial allocation behind. Misuse (unknown seq id, appending past
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,12 +32,14 @@ class Admission:
     num_cached_tokens: int  # prompt tokens whose KV was found in the prefix cache
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryBreakdown:
+class MemoryBreakdown(NamedTuple):
     """Every slot of the pool, in exactly one category (GUIDE section 3).
 
     token_states + reserved + internal_fragmentation + external_fragmentation
     + idle == capacity_slots, always.
+
+    NOTE: a NamedTuple (immutable like a frozen dataclass, but four times cheaper to
+    build): the engine builds one per step.
     """
 
     capacity_slots: int
