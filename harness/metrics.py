@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,11 @@ REQUEST_COLUMNS = (
 )
 
 
+# The step columns a MemoryBreakdown gives (its fields of the same names), read in one call.
+_MEMORY_COLUMNS = STEP_COLUMNS[STEP_COLUMNS.index("token_states"):]
+_memory_row = attrgetter(*_MEMORY_COLUMNS)
+
+
 @dataclass
 class RunRecorder:
     """Collects one row per engine step and one per request, column-wise (cheap appends)."""
@@ -32,25 +38,20 @@ class RunRecorder:
     capacity_slots: int
     steps: dict[str, list] = field(default_factory=lambda: {c: [] for c in STEP_COLUMNS})
     requests: list[tuple] = field(default_factory=list)
+    # NOTE: each column's bound ``append``, in STEP_COLUMNS order: ``record_step`` runs once
+    # per scheduled step (the columns are appended in place, never replaced)
+    _appends: list = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._appends = [self.steps[name].append for name in STEP_COLUMNS]
 
     def record_step(self, time_s: float, duration_s: float, num_seqs: int, num_batched_tokens: int,
                     num_prefill_tokens: int, num_waiting: int, num_preempted: int,
                     memory: MemoryBreakdown) -> None:
-        cols = self.steps
-        cols["step"].append(len(cols["step"]))
-        for name, value in (
-            ("time_s", time_s), ("duration_s", duration_s), ("num_seqs", num_seqs),
-            ("num_batched_tokens", num_batched_tokens), ("num_prefill_tokens", num_prefill_tokens),
-            ("num_waiting", num_waiting), ("num_preempted", num_preempted),
-            ("token_states", memory.token_states), ("reserved", memory.reserved),
-            ("internal_over_reservation", memory.internal_over_reservation),
-            ("internal_rounding", memory.internal_rounding),
-            ("external_fragmentation", memory.external_fragmentation), ("idle", memory.idle),
-            ("logical_tokens", memory.logical_tokens), ("allocated_slots", memory.allocated_slots),
-            ("largest_free_extent", memory.largest_free_extent),
-            ("cached_free_slots", memory.cached_free_slots),
-        ):
-            cols[name].append(value)
+        row = (len(self.steps["step"]), time_s, duration_s, num_seqs, num_batched_tokens,
+               num_prefill_tokens, num_waiting, num_preempted, *_memory_row(memory))
+        for append, value in zip(self._appends, row):
+            append(value)
 
     def record_steps(self, **columns) -> None:
         """Append several steps at once: one equal-length array per column except ``step``."""

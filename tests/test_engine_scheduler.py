@@ -154,3 +154,67 @@ def test_plan_totals_equal_the_sums_over_its_chunks(system, monkeypatch):
         assert plan.attention_pairs == sum(c.num_tokens * c.start + c.num_tokens * (c.num_tokens + 1) // 2
                                            for c in chunks)
         assert plan.num_prefill_chunks == sum(c.num_tokens > 1 for c in chunks)
+
+
+def _mixed_requests():
+    """Single sequences, parallel samples and beams, arriving close together."""
+    from harness.workloads.request import Request
+
+    rng = np.random.default_rng(11)
+    requests = []
+    for i, (prompt_len, output_len) in enumerate(rng.integers(2, 60, size=(30, 2)).tolist()):
+        ids = rng.integers(0, 1 << 29, prompt_len, dtype=np.int32)
+        ids.flags.writeable = False
+        requests.append(Request(i, i * 0.002, ids, output_len, num_samples=2 if i % 7 == 3 else 1,
+                                beam_width=2 if i % 11 == 5 else 1))
+    return tuple(requests)
+
+
+@pytest.mark.parametrize("system", [paged(block_size=4, prefix_caching=True), contiguous("max")],
+                         ids=["paged", "max"])
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_compact_decodes_run_as_chunk_by_chunk_scheduling(system, preemption, monkeypatch):
+    """The batched one-token decodes (kept compact in the plan, sampled by a specialised
+    loop) give every step row, request row and token of scheduling each group alone."""
+    from harness.engine.scheduler import Scheduler
+
+    spec = engine_spec(kv_capacity_slots=256, max_num_batched_tokens=120, chunked_prefill=True,
+                       preemption=preemption, fast_forward=False)
+    requests = _mixed_requests()
+    plans = []
+    schedule = Scheduler.schedule
+    monkeypatch.setattr(Scheduler, "schedule", lambda self: plans.append(schedule(self)) or plans[-1])
+    compact = run(requests, system, spec, max_model_len=128)
+    assert compact.complete and not compact.rejected
+    assert any(plan.decode_seqs and plan.other_chunks for plan in plans)  # interleaved
+    assert any(plan.num_preempted for plan in plans) == (system.kind == "paged")
+    monkeypatch.setattr(Scheduler, "_decode_run", lambda self, index, plan, batch_decode: index)
+    alone = run(requests, system, spec, max_model_len=128)
+    assert compact.output_digest == alone.output_digest
+    assert compact.recorder.requests == alone.recorder.requests
+    assert compact.recorder.steps == alone.recorder.steps
+
+
+def test_step_plan_lists_compact_decodes_and_other_chunks_in_scheduling_order():
+    from harness.engine.plan import ScheduledChunk, StepPlan
+    from harness.engine.sequence import Sequence, SequenceGroup
+
+    requests = make_requests([(8, 4)] * 5)
+    a, b, c, d, e = (Sequence(i, SequenceGroup(r), 0) for i, r in enumerate(requests))
+    for seq in (a, b, d):
+        seq.num_computed = 7  # its last prompt token's KV computes now
+    plan = StepPlan()
+    assert plan.is_empty
+    plan.add_decodes([a, b], [7, 7])
+    plan.add_chunk(ScheduledChunk(c, 0, 5))
+    plan.add_chunk(ScheduledChunk(e, 0, 3))
+    plan.add_decodes([d], [7])
+    assert [(x.seq, x.start, x.end) for x in plan.chunks] == [
+        (a, 7, 8), (b, 7, 8), (c, 0, 5), (e, 0, 3), (d, 7, 8)]
+    assert (plan.num_batched_tokens, plan.num_prefill_tokens, plan.num_seqs) == (11, 8, 5)
+    assert (plan.kv_read_slots, plan.attention_pairs, plan.num_prefill_chunks) == (21, 45, 2)
+    assert plan.remove_chunks({c.seq_id}) == 5
+    assert [x.seq for x in plan.chunks] == [a, b, e, d]
+    assert (plan.num_batched_tokens, plan.num_prefill_tokens, plan.num_seqs) == (6, 3, 4)
+    assert (plan.kv_read_slots, plan.attention_pairs, plan.num_prefill_chunks) == (21, 30, 1)
+    assert not plan.is_empty

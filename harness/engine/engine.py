@@ -13,7 +13,8 @@ import numpy as np
 
 from harness.config import EngineSpec
 from harness.engine.fast_forward import Arrivals, fast_forward, plan_allows_fast_forward
-from harness.engine.scheduler import Scheduler, StepPlan
+from harness.engine.plan import StepPlan
+from harness.engine.scheduler import Scheduler
 from harness.engine.sequence import SequenceGroup
 from harness.errors import PagebenchError
 from harness.metrics import RunRecorder

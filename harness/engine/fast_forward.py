@@ -32,7 +32,8 @@ import numpy as np
 
 from allocators.contiguous import ContiguousKVCacheManager
 from allocators.paged import PagedKVCacheManager
-from harness.engine.scheduler import Scheduler, StepPlan
+from harness.engine.plan import StepPlan
+from harness.engine.scheduler import Scheduler
 from harness.engine.sequence import Sequence, SequenceGroup, extend_synthetic
 from harness.metrics import MEMORY_CATEGORIES, RunRecorder
 

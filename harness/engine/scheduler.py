@@ -25,63 +25,13 @@ from __future__ import annotations
 import random
 from array import array
 from collections import deque
-from dataclasses import dataclass, field
 
 from allocators.base import KVCacheManager
 from harness.config import EngineSpec
+from harness.engine.plan import ScheduledChunk, StepPlan
 from harness.engine.sequence import SYNTHETIC_TOKEN_BASE, Sequence, SequenceGroup
 
-
-@dataclass(slots=True)
-class ScheduledChunk:
-    """Positions [start, end) of ``seq`` computed this step (shared by ``members``)."""
-
-    seq: Sequence
-    start: int
-    end: int
-    members: tuple[Sequence, ...] = ()
-
-    @property
-    def num_tokens(self) -> int:
-        return self.end - self.start
-
-
-@dataclass(slots=True)
-class StepPlan:
-    """Everything one engine step does, in execution order."""
-
-    swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device block, cpu block)
-    swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu block, device block)
-    copies: list[tuple[int, int]] = field(default_factory=list)  # copy-on-write / fork copies
-    chunks: list[ScheduledChunk] = field(default_factory=list)
-    num_batched_tokens: int = 0
-    num_prefill_tokens: int = 0
-    # NOTE: the batch's shape, kept up to date as chunks come and go (what a cost model
-    # reads, without walking the chunks)
-    num_seqs: int = 0  # sequences computed: each chunk's plus its members
-    attention_pairs: int = 0  # (query token, context token) pairs over the chunks
-    kv_read_slots: int = 0  # cached KV slots read: the context before each chunk
-    num_prefill_chunks: int = 0  # chunks of more than one token
-    num_preempted: int = 0
-    num_swapped_out_groups: int = 0
-    memory_blocked: bool = False
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.chunks
-
-
-def _count_chunk(plan: StepPlan, chunk: ScheduledChunk, sign: int) -> None:
-    """Add (``sign`` 1) or take back (-1) ``chunk``'s share of the plan's totals."""
-    n, start = chunk.end - chunk.start, chunk.start
-    plan.num_batched_tokens += sign * n
-    if chunk.end < chunk.seq.num_tokens or n > 1 or chunk.members:
-        plan.num_prefill_tokens += sign * n
-    plan.num_seqs += sign * (1 + len(chunk.members))
-    # token i (0-based in the chunk) attends to start + i + 1 positions
-    plan.attention_pairs += sign * (n * start + n * (n + 1) // 2)
-    plan.kv_read_slots += sign * start
-    plan.num_prefill_chunks += sign * (n > 1)
+__all__ = ["ScheduledChunk", "Scheduler", "StepPlan"]  # the plan's types, re-exported
 
 
 class Scheduler:
@@ -168,18 +118,21 @@ class Scheduler:
     def _decode_run(self, index: int, plan: StepPlan, batch_decode) -> int:
         """Schedule the decode of the single-sequence groups from ``running[index]`` on
         that need exactly one token (as many as the token budget allows), with one
-        ``append_decode`` call. Returns the index of the first group not scheduled: the
-        next to go through ``_extend_group`` (it may be the one that ran out of memory).
+        ``append_decode`` call, as the plan's compact decodes. Returns the index of the
+        first group not scheduled: the next to go through ``_extend_group`` (it may be the
+        one that ran out of memory).
 
         NOTE: these groups are not added to ``_scheduled``: a single-sequence group is
         never revisited in the same step (a preemption victim is always a later group).
         """
-        running = self.running
         seqs: list[Sequence] = []
         seq_ids: list[int] = []
         tokens: list[int] = []
         starts: list[int] = []
-        for group in running[index:index + self._budget]:
+        # (bound once: the loop runs once per decoding sequence)
+        add_seq, add_id = seqs.append, seq_ids.append
+        add_token, add_start = tokens.append, starts.append
+        for group in self.running[index:index + self._budget]:
             group_seqs = group.seqs
             if len(group_seqs) != 1:
                 break
@@ -188,23 +141,18 @@ class Scheduler:
             start = seq.num_computed
             if start != seq.prompt_len + len(generated) - 1:
                 break
-            seqs.append(seq)
-            seq_ids.append(seq.seq_id)
-            tokens.append(generated[-1] if generated else int(seq.prompt[-1]))
-            starts.append(start)
+            add_seq(seq)
+            add_id(seq.seq_id)
+            add_token(generated[-1] if generated else int(seq.prompt[-1]))
+            add_start(start)
         if not seqs:
             return index
         done = batch_decode(seq_ids, tokens, plan.copies)
         if done:
             if done < len(seqs):
                 del seqs[done:], starts[done:]
-            plan.chunks.extend(map(ScheduledChunk, seqs, starts, [s + 1 for s in starts]))
+            plan.add_decodes(seqs, starts)
             self._budget -= done
-            plan.num_batched_tokens += done
-            plan.num_seqs += done
-            kv_read = sum(starts)
-            plan.kv_read_slots += kv_read
-            plan.attention_pairs += kv_read + done  # a decode token attends to start + 1
         return index + done
 
     def _extend_group(self, group: SequenceGroup, plan: StepPlan) -> bool:
@@ -226,23 +174,15 @@ class Scheduler:
         return True
 
     def _add_chunk(self, plan: StepPlan, chunk: ScheduledChunk) -> None:
-        plan.chunks.append(chunk)
+        plan.add_chunk(chunk)
         self._scheduled.add(chunk.seq.seq_id)
         self._budget -= chunk.num_tokens
-        _count_chunk(plan, chunk, 1)
 
     def _unschedule(self, group: SequenceGroup, plan: StepPlan) -> None:
         ids = {seq.seq_id for seq in group.seqs}
         if not ids & self._scheduled:
             return
-        kept = []
-        for chunk in plan.chunks:
-            if chunk.seq.seq_id in ids:
-                self._budget += chunk.num_tokens
-                _count_chunk(plan, chunk, -1)
-            else:
-                kept.append(chunk)
-        plan.chunks[:] = kept
+        self._budget += plan.remove_chunks(ids)
         self._scheduled -= ids
 
     def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
@@ -417,35 +357,12 @@ class Scheduler:
         # freed): single-sequence groups that just finished, and every multi-sequence
         # group that sampled (its beams may need re-selecting).
         candidates: dict[SequenceGroup, None] = {}
-        for chunk in plan.chunks:
-            end = chunk.end
-            seq = chunk.seq
-            seq.num_computed = end
-            generated = seq.generated
-            g = len(generated)
-            if end == seq.prompt_len + g:
-                if sampled is not None:
-                    generated.append(sampled[seq.seq_id])
-                elif (offset := seq.synthetic_offset) >= 0:  # synthetic_token_at, inlined
-                    generated.append(SYNTHETIC_TOKEN_BASE + (offset + g) % SYNTHETIC_TOKEN_BASE)
-                else:
-                    generated.append(seq.synthetic_token_at(g))
-                group = seq.group
-                if group.first_token_time is None:
-                    group.first_token_time = now
-                if len(group.seqs) != 1 or g + 1 >= seq.output_len:
-                    candidates[group] = None
-            for member in chunk.members:
-                member.num_computed = end
-                generated = member.generated
-                g = len(generated)
-                if end == member.prompt_len + g:
-                    generated.append(sampled[member.seq_id] if sampled is not None
-                                     else member.synthetic_token_at(g))
-                    group = member.group
-                    if group.first_token_time is None:
-                        group.first_token_time = now
-                    candidates[group] = None
+        decode_seqs = plan.decode_seqs
+        for lo, hi, chunk in plan.in_order():
+            if lo < hi:
+                self._sample_decodes(decode_seqs[lo:hi], now, sampled, candidates)
+            if chunk is not None:
+                self._sample_chunk(chunk, now, sampled, candidates)
         finished = []
         for group in candidates:
             seqs = group.seqs
@@ -459,6 +376,62 @@ class Scheduler:
             self._finish(group, now)
             finished.append(group)
         return finished
+
+    @staticmethod
+    def _sample_decodes(seqs: list[Sequence], now: float, sampled: dict[int, int] | None,
+                        candidates: dict[SequenceGroup, None]) -> None:
+        """``_sample_chunk`` of the plan's compact decodes ``seqs``.
+
+        NOTE: its checks, specialised (the hot loop of a step): such a chunk computes the
+        sequence's last token, so it always samples; the group has this one sequence; and
+        its first token time is unset exactly when it has generated nothing yet (every
+        sample sets it).
+        """
+        base = SYNTHETIC_TOKEN_BASE
+        for seq in seqs:
+            seq.num_computed += 1
+            generated = seq.generated
+            g = len(generated)
+            if sampled is not None:
+                generated.append(sampled[seq.seq_id])
+            elif (offset := seq.synthetic_offset) >= 0:  # synthetic_token_at, inlined
+                generated.append(base + (offset + g) % base)
+            else:
+                generated.append(seq.synthetic_token_at(g))
+            if not g:
+                seq.group.first_token_time = now
+            if g + 1 >= seq.output_len:
+                candidates[seq.group] = None
+
+    @staticmethod
+    def _sample_chunk(chunk: ScheduledChunk, now: float, sampled: dict[int, int] | None,
+                      candidates: dict[SequenceGroup, None]) -> None:
+        """Advance the chunk's sequences; those that computed all their tokens sample the
+        next one. Adds the groups ``postprocess`` then looks at to ``candidates``."""
+        end = chunk.end
+        seq = chunk.seq
+        seq.num_computed = end
+        generated = seq.generated
+        g = len(generated)
+        if end == seq.prompt_len + g:
+            generated.append(sampled[seq.seq_id] if sampled is not None
+                             else seq.synthetic_token_at(g))
+            group = seq.group
+            if group.first_token_time is None:
+                group.first_token_time = now
+            if len(group.seqs) != 1 or g + 1 >= seq.output_len:
+                candidates[group] = None
+        for member in chunk.members:
+            member.num_computed = end
+            generated = member.generated
+            g = len(generated)
+            if end == member.prompt_len + g:
+                generated.append(sampled[member.seq_id] if sampled is not None
+                                 else member.synthetic_token_at(g))
+                group = member.group
+                if group.first_token_time is None:
+                    group.first_token_time = now
+                candidates[group] = None
 
     def finish_decoded(self, now: float,
                        candidates: list[SequenceGroup] | None = None) -> list[SequenceGroup]:

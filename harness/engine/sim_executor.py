@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from harness.config import CostSpec, HardwareSpec, ModelSpec
-from harness.engine.scheduler import StepPlan
+from harness.engine.plan import StepPlan
 
 # Spans of at most this many steps are priced on Python floats (see decode_seconds).
 SCALAR_SPAN = 24
 
 
-@dataclass(frozen=True)
-class StepCost:
-    """What one step costs, and the two sides of the roofline."""
+class StepCost(NamedTuple):
+    """What one step costs, and the two sides of the roofline.
+
+    NOTE: a NamedTuple (immutable, and cheaper to build than a frozen dataclass): the sim
+    executor prices every scheduled step with one.
+    """
 
     seconds: float
     flops: float
