@@ -189,3 +189,17 @@ def test_a_memo_older_than_the_eviction_log_is_looked_up_again(monkeypatch):
     m._last_prompt = kept
     assert m.pool.evicted_since(kept.evictions) is None
     assert m.cached_prefix_tokens(waiting) == 0
+
+
+def test_the_prompt_memo_trusts_identity_only_for_read_only_ids():
+    m = PagedKVCacheManager(64, BS)
+    frozen = np.arange(100, dtype=np.int32)
+    frozen.setflags(write=False)
+    chain = m._prompt(frozen)
+    assert m._prompt(frozen) is chain  # the same read-only array: no byte comparison needed
+    ids = np.arange(100, dtype=np.int32)  # writeable, same ids: the memo, found by its bytes
+    assert m._prompt(ids) is chain
+    ids[0] = 7  # changed in place since: a new chain
+    changed = m._prompt(ids)
+    assert changed is not chain and changed.data == ids.tobytes()
+    assert m._prompt(frozen) is not changed and m._prompt(frozen).data == frozen.tobytes()

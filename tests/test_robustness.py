@@ -16,7 +16,7 @@ import pytest
 
 from harness.config import EngineSpec
 from harness.engine.engine import EngineStalled, run_engine
-from harness.engine.scheduler import StepPlan
+from harness.engine.plan import StepPlan
 from harness.results import config_hash, existing_complete_results
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,8 +31,6 @@ from harness.config import EngineSpec
 from harness.engine.plan import ScheduledChunk, StepPlan
 from harness.engine.sequence import SYNTHETIC_TOKEN_BASE, Sequence, SequenceGroup
 
-__all__ = ["ScheduledChunk", "Scheduler", "StepPlan"]  # the plan's types, re-exported
-
 
 class Scheduler:
     """Queues + KV manager; emits step plans and applies their outcome."""

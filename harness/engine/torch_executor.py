@@ -48,7 +48,7 @@ import torch
 from harness.config import EngineSpec, ModelSpec, SystemSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
 from harness.engine.model import LlamaModel, dense_causal_attention, exact_decode_attention
-from harness.engine.scheduler import StepPlan
+from harness.engine.plan import StepPlan
 from kernels.cache_write import copy_blocks, swap_blocks, write_kv_cache
 from kernels.contiguous_decode import contiguous_decode_attention
 from kernels import _runtime as rt
@@ -271,8 +271,9 @@ class TorchExecutor:
     def _prepare(self, plan: StepPlan):
         """Host side of a step: every per-step integer array, uploaded in one copy."""
         manager, paged = self.manager, self.paged
-        decode = [c for c in plan.chunks if c.num_tokens == 1]
-        prefill = [c for c in plan.chunks if c.num_tokens > 1]
+        planned = plan.chunks  # NOTE: built on each read (see StepPlan.chunks)
+        decode = [c for c in planned if c.num_tokens == 1]
+        prefill = [c for c in planned if c.num_tokens > 1]
         chunks = decode + prefill
         n_tokens = sum(c.num_tokens for c in chunks)
         pairs = sum(c.num_tokens * c.start + c.num_tokens * (c.num_tokens + 1) // 2 for c in chunks)
