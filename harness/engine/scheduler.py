@@ -407,29 +407,18 @@ class Scheduler:
         """Advance the chunk's sequences; those that computed all their tokens sample the
         next one. Adds the groups ``postprocess`` then looks at to ``candidates``."""
         end = chunk.end
-        seq = chunk.seq
-        seq.num_computed = end
-        generated = seq.generated
-        g = len(generated)
-        if end == seq.prompt_len + g:
-            generated.append(sampled[seq.seq_id] if sampled is not None
-                             else seq.synthetic_token_at(g))
-            group = seq.group
-            if group.first_token_time is None:
-                group.first_token_time = now
-            if len(group.seqs) != 1 or g + 1 >= seq.output_len:
-                candidates[group] = None
-        for member in chunk.members:
-            member.num_computed = end
-            generated = member.generated
+        for seq in (chunk.seq, *chunk.members):  # NOTE: members are of a multi-sequence group
+            seq.num_computed = end
+            generated = seq.generated
             g = len(generated)
-            if end == member.prompt_len + g:
-                generated.append(sampled[member.seq_id] if sampled is not None
-                                 else member.synthetic_token_at(g))
-                group = member.group
+            if end == seq.prompt_len + g:
+                generated.append(sampled[seq.seq_id] if sampled is not None
+                                 else seq.synthetic_token_at(g))
+                group = seq.group
                 if group.first_token_time is None:
                     group.first_token_time = now
-                candidates[group] = None
+                if len(group.seqs) != 1 or g + 1 >= seq.output_len:
+                    candidates[group] = None
 
     def finish_decoded(self, now: float,
                        candidates: list[SequenceGroup] | None = None) -> list[SequenceGroup]:
