@@ -261,14 +261,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     # Commit: the KV appends (the tokens whose KV each step writes: the last sampled one,
     # then the span's but its last), and the sampled tokens.
     if keyed:
-        kv_tokens = []
-        for seq, first in zip(seqs, generated):
-            tokens = seq.synthetic_tokens(first, span)
-            last = seq.generated[-1]
-            if type(tokens) is range and last == tokens.start - 1:  # consecutive ids
-                kv_tokens.append(range(last, tokens.stop - 1))
-            else:
-                kv_tokens.append([last, *tokens[:-1]])
+        kv_tokens = _kv_tokens(seqs, generated, span)
     else:  # NOTE: only the count is read (nothing is keyed on token ids)
         kv_tokens = [range(span)] * num_seqs
     extend_synthetic(seqs, generated, span)
@@ -299,15 +292,23 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     return Advance(end_time, finished, may_continue)
 
 
-def _kv_tokens(seqs: list[Sequence], generated: list[int], span: int) -> list[list[int]]:
-    """Each sequence's tokens whose KV the next ``span`` steps write (before sampling)."""
-    return [[seq.generated[-1], *seq.synthetic_tokens(first, span - 1)]
-            for seq, first in zip(seqs, generated)]
+def _kv_tokens(seqs: list[Sequence], generated: list[int], span: int) -> list[range | list[int]]:
+    """Each sequence's tokens whose KV the next ``span`` steps write (before sampling): its
+    last sampled token, then the span's but its last (a ``range`` when consecutive ids)."""
+    kv_tokens = []
+    for seq, first in zip(seqs, generated):
+        tokens = seq.synthetic_tokens(first, span)
+        last = seq.generated[-1]
+        if type(tokens) is range and last == tokens.start - 1:  # consecutive ids
+            kv_tokens.append(range(last, tokens.stop - 1))
+        else:
+            kv_tokens.append([last, *tokens[:-1]])
+    return kv_tokens
 
 
 def _first_prefix_growth(scheduler: Scheduler, manager: PagedKVCacheManager, seqs: list[Sequence],
-                         candidates: list[int], kv_tokens: list[list[int]], positions: np.ndarray,
-                         bs: int) -> int | None:
+                         candidates: list[int], kv_tokens: list[range | list[int]],
+                         positions: np.ndarray, bs: int) -> int | None:
     """The first step (1-based) of the span in which one of the ``candidates`` sequences
     fills a block that extends the waiting head's cached prefix, or None.
 
@@ -333,7 +334,8 @@ def _first_prefix_growth(scheduler: Scheduler, manager: PagedKVCacheManager, seq
 
 
 def _commit_in_step_order(manager: PagedKVCacheManager, seqs: list[Sequence],
-                          span_tokens: list[list[int]], written: np.ndarray, bs: int) -> None:
+                          span_tokens: list[range | list[int]], written: np.ndarray,
+                          bs: int) -> None:
     """Append each sequence's span tokens so that every block allocation (which may evict
     a cached block) and every registration of a filled block happens in the order the
     step-by-step run does them: by step, then in running order.
