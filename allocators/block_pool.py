@@ -5,8 +5,8 @@ Modelled on vLLM v1 (``vllm/v1/core/block_pool.py``, ``FreeKVCacheBlockQueue``):
 - The free queue is FIFO over block ids. Initially it holds blocks ``0, 1, ...,
   num_blocks - 1`` in that order.
 - Allocation pops from the head: the least recently freed block is reused first.
-- A full block whose content is known is *registered* under its cache key
-  ``(parent_chain_hash, token_bytes)``. It keeps that key while it is allocated and
+- A full block whose content is known is *registered* under its cache key (the
+  chain hash of ``allocators.prefix_keys``). It keeps that key while it is allocated and
   after it is freed (ref count 0, back in the free queue), so a later request can
   still hit it; the key is dropped only when the block is popped for reuse. So
   cached blocks are evicted least recently freed first.
@@ -20,9 +20,6 @@ overwritten by a tombstone (``_DEAD``) that allocation skips; ``_pos`` gives eac
 free block's entry. NOTE: entry ``i`` of ``_q`` has ticket ``_base + i``; a free
 block's ``_pos`` is the ticket of its (only live) entry, so tickets survive the
 compactions that drop the consumed head.
-
-NOTE: the key holds the block's token bytes and its parent's chain hash; the dict
-compares them on every hit, which is the token-id check against hash collisions.
 """
 
 from __future__ import annotations
@@ -61,8 +58,8 @@ class BlockPool:
         self.num_cached_free = 0  # free blocks that still hold a registered key
         self.num_evictions = 0  # keys dropped so far (a block popped for reuse): only this ends a hit
         self.ref_cnt: list[int] = [0] * n
-        self._keys: list[tuple | None] = [None] * n  # cache key of a registered block
-        self._cached: dict[tuple, int] = {}  # cache key -> block id
+        self._keys: list[int | None] = [None] * n  # cache key of a registered block
+        self._cached: dict[int, int] = {}  # cache key -> block id
         # NOTE: _held[b] = 1 iff _keys[b] is not None: counting keyed blocks must not touch keys
         self._held = bytearray(n)
         self._q: list[int] = list(range(n))  # queue entries: block ids or _DEAD
@@ -219,11 +216,11 @@ class BlockPool:
                 self._compact()
 
     # ----------------------------------------------------------- prefix cache
-    def lookup(self, key: tuple) -> int | None:
+    def lookup(self, key: int) -> int | None:
         """The block registered under ``key`` (allocated or free-but-cached), or None."""
         return self._cached.get(key)
 
-    def register(self, b: int, key: tuple) -> bool:
+    def register(self, b: int, key: int) -> bool:
         """Register allocated full block ``b`` under ``key``; False if the key is taken.
 
         NOTE: when another block already holds the same content, ``b`` stays
@@ -235,7 +232,7 @@ class BlockPool:
         self._held[b] = 1
         return True
 
-    def register_many(self, blocks: list[int], keys: Sequence[tuple]) -> None:
+    def register_many(self, blocks: list[int], keys: Sequence[int]) -> None:
         """``register(b, key)`` for each pair in order (distinct blocks), in one call."""
         block_keys, held, cached = self._keys, self._held, self._cached
         if len(blocks) < _BULK_MIN or 1 in gather(held, blocks):  # few, or some hold a key
@@ -262,7 +259,7 @@ class BlockPool:
         start = evictions - self._evicted_base
         return self._evicted[start:] if start >= 0 else None
 
-    def key_of(self, b: int) -> tuple | None:
+    def key_of(self, b: int) -> int | None:
         return self._keys[b]
 
     @property

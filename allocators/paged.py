@@ -4,7 +4,7 @@ Each sequence has a block table; blocks are allocated on demand as tokens arrive
 so a sequence holding ``n`` tokens owns exactly ``ceil(n / block_size)`` blocks.
 
 Prefix caching: every FULL block gets a cache key (``allocators.prefix_keys``: the
-parent's chain hash and the block's token bytes), prompt blocks and decode-produced
+chain hash of its tokens and of every block before it), prompt blocks and decode-produced
 blocks alike; the manager keeps each sequence's partial tail tokens so it can key a
 block when it fills. ``admit`` reuses the longest run of cached leading prompt
 blocks, capped at ``len(prompt) - 1`` tokens so at least one prompt token is computed.
@@ -22,9 +22,8 @@ import numpy as np
 
 from allocators.accounting import PartialBlockLedger, make_breakdown
 from allocators.base import Admission, ManagerStats, MemoryBreakdown
-from allocators.block_pool import BlockPool, gather
-from allocators.prefix_keys import (MASK, MUL, PromptKeys, chain_keys, extend_tokens,
-                                    next_parent, token_bytes)
+from allocators.block_pool import BlockPool
+from allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys, extend_tokens, token_bytes
 
 
 class _Seq:
@@ -32,7 +31,7 @@ class _Seq:
                  "room", "known")
 
     def __init__(self, table: list[int], num_tokens: int, final_len: int, prompt_len: int,
-                 keys: list[tuple], tail: array) -> None:
+                 keys: list[int], tail: array) -> None:
         self.table = table  # device block ids; [] while swapped out
         self.num_tokens = num_tokens  # KV slots written so far
         self.final_len = final_len  # KV slots when the sequence ends
@@ -161,12 +160,10 @@ class PagedKVCacheManager:
             gone = pool.evicted_since(prompt.evictions)
             if gone is None:
                 hits.clear()
-                prompt.hit_keys.clear()
             else:
                 gone = set(gone)
                 if not gone.isdisjoint(hits):
-                    cut = list(map(gone.__contains__, hits)).index(True)
-                    del hits[cut:], prompt.hit_keys[cut:]
+                    del hits[list(map(gone.__contains__, hits)).index(True):]
         limit = (prompt_len - 1) // self.block_size
         get, step = pool._cached.get, 1
         while len(hits) < limit:  # look up runs of keys until one misses
@@ -176,7 +173,6 @@ class PagedKVCacheManager:
             if None in found:
                 del found[found.index(None):]
             hits += found
-            prompt.hit_keys += gather(pool._keys, found)  # the keys the blocks hold
             if len(found) < j - i:
                 break
             step = 32  # NOTE: the first key often misses (the memoised frontier): ask it alone
@@ -190,7 +186,7 @@ class PagedKVCacheManager:
         prompt_len = len(prompt_token_ids)
         return len(self._prefix_hits(self._prompt(prompt_token_ids), prompt_len)) * self.block_size
 
-    def prefix_frontier_key(self, prompt_token_ids: Sequence[int]) -> tuple | None:
+    def prefix_frontier_key(self, prompt_token_ids: Sequence[int]) -> int | None:
         """The cache key of the first prompt block ``admit`` would not find in the cache now,
         or None (no prefix caching, or every block it may reuse is found). The cache
         serves more of this prompt only once a block is registered under that key.
@@ -204,7 +200,7 @@ class PagedKVCacheManager:
             return None
         return prompt.keys(i, i + 1)[0]
 
-    def filled_block_keys(self, seq_id: int, token_ids: Sequence[int]) -> list[tuple]:
+    def filled_block_keys(self, seq_id: int, token_ids: Sequence[int]) -> list[int]:
         """The cache keys of the blocks that appending ``token_ids`` to ``seq_id`` would
         fill, in order ([] without prefix caching). Changes nothing."""
         s = self._get_resident(seq_id, "look ahead of")
@@ -212,7 +208,7 @@ class PagedKVCacheManager:
             return []
         data = s.tail.tobytes() + token_bytes(token_ids)
         w = self._key_bytes
-        return chain_keys(next_parent(s.keys[-1]) if s.keys else 0, data, 0, len(data) // w, w)
+        return chain_keys(s.keys[-1] if s.keys else 0, data, 0, len(data) // w, w)
 
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         return -(-final_len // self.block_size) <= self.num_blocks
@@ -290,13 +286,12 @@ class PagedKVCacheManager:
         # Commit. NOTE: touch the hits before allocating so they are not popped for reuse.
         pool.touch_many(hits)
         table = hits + pool.allocate(need)
-        keys: list[tuple] = []
+        keys: list[int] = []
         tail = array("i")
         if prompt is not None:
             full = n // bs
-            new_keys = prompt.keys(len(hits), full)
-            pool.register_many(table[len(hits):full], new_keys)
-            keys = prompt.hit_keys + new_keys
+            keys = prompt.keys(0, full)  # NOTE: the hits hold their keys already
+            pool.register_many(table[len(hits):full], keys[len(hits):])
             tail.frombytes(prompt.data[full * self._key_bytes:n * 4])
         s = _Seq(table, n, final_len, prompt_len, keys, tail)
         if prompt is not None and len(keys) < prompt.num_blocks:
@@ -444,12 +439,8 @@ class PagedKVCacheManager:
         count = len(tail) // self.block_size
         data = tail.tobytes()
         if count == 1 and s.known is None:
-            # The decode hot path: one block; next_parent and BlockPool.register inlined.
-            if keys:
-                last = keys[-1]
-                key = ((last[0] * MUL + hash(last[1])) & MASK, data[:self._key_bytes])
-            else:
-                key = (0, data[:self._key_bytes])
+            # The decode hot path: one block; chain_keys and BlockPool.register inlined.
+            key = ((keys[-1] if keys else 0) * MUL + hash(data[:self._key_bytes])) & MASK
             pool, b = self.pool, s.table[first]
             if not pool._held[b] and pool._cached.setdefault(key, b) == b:
                 pool._keys[b] = key
@@ -461,13 +452,12 @@ class PagedKVCacheManager:
         if len(new) < count:
             before = new or keys
             w = self._key_bytes
-            new += chain_keys(next_parent(before[-1]) if before else 0, data, len(new) * w,
-                               count - len(new), w)
+            new += chain_keys(before[-1] if before else 0, data, len(new) * w, count - len(new), w)
         self.pool.register_many(s.table[first:first + count], new)
         keys += new
         del tail[:count * self.block_size]
 
-    def _known_keys(self, s: _Seq, data: bytes, count: int) -> list[tuple]:
+    def _known_keys(self, s: _Seq, data: bytes, count: int) -> list[int]:
         """The precomputed keys (``s.known``, not None) of the next ``count`` blocks to
         key, whose tokens are ``data``, as far as they reach; forgets ``s.known`` once
         used up."""

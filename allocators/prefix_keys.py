@@ -1,15 +1,21 @@
-"""Prefix-cache keys: the chained key of every full block of a token stream.
+"""Prefix-cache keys: the chain hash of every full block of a token stream.
 
-A full block's cache key is ``(parent_chain_hash, token_bytes)``. The chain hash of
-blocks ``0..j`` is ``H_j = H_{j-1} * MUL + hash(token_bytes_j)`` mod 2**64 (``H_{-1} =
-0``, the first block's parent): a polynomial in ``MUL``, so a whole prompt's chain is
-computed at once with numpy (``chain_arrays``); short runs are chained in Python
-(``chain_keys`` picks). ``PromptKeys`` holds a prompt's chain, computed once and
-reused while it waits, is admitted and is prefilled chunk by chunk.
+A full block's cache key is the 64-bit chain hash of its tokens and of every block
+before it: ``H_j = H_{j-1} * MUL + hash(token_bytes_j)`` mod 2**64, ``H_{-1} = 0``
+(vLLM's ``BlockHash`` likewise hashes the parent's hash with the block's tokens). It
+is a polynomial in ``MUL``, so a whole prompt's chain is computed at once with numpy
+(``chain_arrays``); short runs are chained in Python (``chain_keys`` picks).
+``PromptKeys`` holds a prompt's chain, computed once and reused while it waits, is
+admitted and is prefilled chunk by chunk.
 
-NOTE: ``hash()`` of bytes is salted per process (PYTHONHASHSEED), but hits and block
-ids do not depend on hash values (the dict compares the token bytes of a key too), so
-runs stay deterministic.
+NOTE: two different token prefixes get one key only by a 64-bit collision: each
+block contributes ``hash()`` of its bytes (SipHash, keyed per process), so
+``n`` distinct keys collide with probability about ``n**2 / 2**65`` (below 1e-5 for
+the 10M keys of the Mooncake trace). A key used to be the pair (parent chain hash,
+block bytes), whose byte check covered the last block only: the prefix before it
+was already trusted to the same 64-bit hash. Hits and block ids do not depend on the
+hash values (only on which keys are equal), so runs stay deterministic although
+``hash()`` is salted per process (PYTHONHASHSEED).
 """
 
 from __future__ import annotations
@@ -44,36 +50,26 @@ class _Powers:
 _POWERS = _Powers()
 
 
-def next_parent(key: tuple) -> int:
-    """The chain hash a block's key passes on to the next block's key."""
-    return (key[0] * MUL + hash(key[1])) & MASK
-
-
-def chain_keys(parent: int, data: bytes, offset: int, count: int, width: int) -> list[tuple]:
+def chain_keys(parent: int, data: bytes, offset: int, count: int, width: int) -> list[int]:
     """The keys of the ``count`` blocks of ``width`` bytes in ``data`` from byte ``offset``,
-    chained after ``parent`` (the previous block's ``next_parent``, 0 for block 0)."""
+    chained after ``parent`` (the previous block's key, 0 for block 0)."""
     if count >= VECTOR_MIN_BLOCKS:
-        return list(zip(*chain_arrays(parent, data, offset, count, width)))
+        return chain_arrays(parent, data, offset, count, width)
     keys = []
     for start in range(offset, offset + count * width, width):
-        block = data[start:start + width]
-        keys.append((parent, block))
-        parent = (parent * MUL + hash(block)) & MASK
+        parent = (parent * MUL + hash(data[start:start + width])) & MASK
+        keys.append(parent)
     return keys
 
 
-def chain_arrays(parent: int, data: bytes, offset: int, count: int,
-                 width: int) -> tuple[list[int], list[bytes]]:
-    """``chain_keys`` computed with numpy, as two lists: the keys' parent chain hashes
-    and their token bytes (no tuple per block: see ``PromptKeys``)."""
+def chain_arrays(parent: int, data: bytes, offset: int, count: int, width: int) -> list[int]:
+    """``chain_keys`` computed with numpy."""
     blocks = np.frombuffer(data, dtype=f"V{width}", count=count, offset=offset).tolist()
     content = np.fromiter(map(hash, blocks), dtype=np.int64, count=count).view(np.uint64)
     up, down = _POWERS.get(count)
     # NOTE: H_j = MUL**j * (parent * MUL + sum_{i<=j} c_i * MUL**-i); uint64 wraps mod 2**64
     chain = (np.cumsum(content * down) + np.uint64(parent * MUL & MASK)) * up
-    parents = [parent]
-    parents += chain[:-1].tolist()
-    return parents, blocks
+    return chain.tolist()
 
 
 def extend_tokens(buffer: array, token_ids: Sequence[int] | np.ndarray) -> None:
@@ -96,30 +92,19 @@ def token_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:
 class PromptKeys:
     """Token bytes passed to ``admit`` and the cache keys of all their full blocks.
 
-    NOTE: a long prompt keeps its chain as two lists (``chain_arrays``) and builds key
-    tuples only for the blocks asked for: a tuple per block of every long prompt costs
-    more (allocation, garbage collection) than the few that are looked up or kept.
-    ``hits``/``hit_keys``/``evictions`` memoise the last answer of the manager's ``_prefix_hits`` for
-    them: the hit blocks, the keys they hold and the pool's ``num_evictions`` then.
+    ``hits``/``evictions`` memoise the last answer of the manager's ``_prefix_hits``
+    for them: the hit blocks and the pool's ``num_evictions`` then.
     """
 
-    __slots__ = ("data", "num_blocks", "_keys", "_parents", "_blocks", "hits", "hit_keys",
-                 "evictions")
+    __slots__ = ("data", "num_blocks", "_keys", "hits", "evictions")
 
     def __init__(self, data: bytes, width: int) -> None:
         self.data = data
         self.num_blocks = n = len(data) // width
-        self._keys: list[tuple] | None = None
-        if n < VECTOR_MIN_BLOCKS:
-            self._keys = chain_keys(0, data, 0, n, width)
-        else:
-            self._parents, self._blocks = chain_arrays(0, data, 0, n, width)
+        self._keys = chain_keys(0, data, 0, n, width)
         self.hits: list[int] = []
-        self.hit_keys: list[tuple] = []
         self.evictions = -1  # not asked yet
 
-    def keys(self, start: int, end: int) -> list[tuple]:
+    def keys(self, start: int, end: int) -> list[int]:
         """The keys of full blocks ``start .. end - 1``."""
-        if self._keys is not None:
-            return self._keys[start:end]
-        return list(zip(self._parents[start:end], self._blocks[start:end]))
+        return self._keys[start:end]

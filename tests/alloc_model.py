@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from allocators import ContiguousKVCacheManager, PagedKVCacheManager
+from allocators import ContiguousKVCacheManager, PagedKVCacheManager, prefix_keys
 
 
 def check_breakdown(manager, expected: dict | None = None) -> None:
@@ -97,6 +97,15 @@ class _Model(ABC):
         self.write(sid, n, tokens)
 
 
+def reference_chain_key(tokens: tuple, bs: int) -> int:
+    """The prefix-cache key of the block that ends ``tokens`` (``allocators.prefix_keys``)."""
+    key = 0
+    for start in range(0, len(tokens), bs):
+        block = np.array(tokens[start:start + bs], np.int32).tobytes()
+        key = (key * prefix_keys.MUL + hash(block)) % 2**64
+    return key
+
+
 class PagedModel(_Model):
     """A ``PagedKVCacheManager`` and the tokens every device block and CPU block holds."""
 
@@ -109,10 +118,15 @@ class PagedModel(_Model):
         self.content = [[None] * block_size for _ in range(num_blocks)]  # device slots
         self.cpu: dict[int, list] = {}  # cpu block -> tokens
         self.history: list[list[int]] = []  # tokens of freed sequences
+        self.prefix_of: dict[int, tuple] = {}  # full block -> its sequence's tokens up to its end
 
     def write(self, sid: int, start: int, tokens: list[int]) -> None:
-        for slot, t in zip(self.m.slot_mapping(sid, start, start + len(tokens)), tokens):
-            self.content[slot // self.bs][slot % self.bs] = t
+        bs, written = self.bs, self.seqs[sid]["tokens"]
+        for p, slot, t in zip(range(start, start + len(tokens)),
+                              self.m.slot_mapping(sid, start, start + len(tokens)), tokens):
+            self.content[slot // bs][slot % bs] = t
+            if (p + 1) % bs == 0:
+                self.prefix_of[slot // bs] = tuple(written[:p + 1])
 
     def admit(self, prompt: list[int], final: int, num: int, *, as_array: bool = False) -> None:
         bs, sid = self.bs, self.new_id()
@@ -209,8 +223,10 @@ class PagedModel(_Model):
             assert len(seq["cpu"]) > self.m.num_free_blocks and self.m.is_swapped(sid)
             return
         assert [c for c, _ in mapping] == seq["cpu"]
-        for cpu, dev in mapping:
+        for i, (cpu, dev) in enumerate(mapping):
             self.content[dev] = self.cpu.pop(cpu)
+            if (i + 1) * self.bs <= len(seq["tokens"]):
+                self.prefix_of[dev] = tuple(seq["tokens"][:(i + 1) * self.bs])
         seq.update(swapped=False, cpu=None)
 
     def check(self) -> None:
@@ -241,10 +257,12 @@ class PagedModel(_Model):
                              and owners[m.block_table(sid)[-1]] > 1 for sid in self.resident())
         assert m.has_shared_partial_blocks == shared_partial
         assert len(self.cpu) + m.num_free_cpu_blocks == self.num_cpu
-        for b in range(self.num_blocks):  # a registered block holds exactly its key's tokens
+        for b in range(self.num_blocks):  # a registered block's key is its prefix's chain hash
             key = m.pool.key_of(b)
             if key is not None:
-                assert np.array(self.content[b], np.int32).tobytes() == key[1]
+                prefix = self.prefix_of[b]
+                assert list(prefix[-bs:]) == self.content[b]
+                assert key == reference_chain_key(prefix, bs)
         if not self.caching:
             assert m.pool.num_cached_blocks == 0
 

@@ -41,11 +41,22 @@ def test_a_chain_split_anywhere_continues_from_the_last_key():
     data = np.random.default_rng(0).integers(0, 1 << 30, 200 * BS, dtype=np.int32).tobytes()
     whole = keys_of(0, data, 200, vector=True)
     for split in (1, 63, 150):
-        rest = keys_of(prefix_keys.next_parent(whole[split - 1]), data[split * W:], 200 - split,
-                       vector=split % 2 == 0)
+        rest = keys_of(whole[split - 1], data[split * W:], 200 - split, vector=split % 2 == 0)
         assert whole[:split] + rest == whole
-    assert whole[0] == (0, data[:W]) and all(key[1] == data[i * W:(i + 1) * W]
-                                            for i, key in enumerate(whole))
+    # H_j = H_{j-1} * MUL + hash(block j) mod 2**64, from H_{-1} = 0
+    expected, parent = [], 0
+    for i in range(200):
+        parent = (parent * prefix_keys.MUL + hash(data[i * W:(i + 1) * W])) % 2**64
+        expected.append(parent)
+    assert whole == expected
+
+
+def test_equal_blocks_after_different_prefixes_get_different_keys():
+    rng = np.random.default_rng(2)
+    shared = rng.integers(0, 1 << 30, BS, dtype=np.int32).tobytes()
+    a = keys_of(0, rng.integers(0, 1 << 30, BS, dtype=np.int32).tobytes() + shared, 2, False)
+    b = keys_of(0, rng.integers(0, 1 << 30, BS, dtype=np.int32).tobytes() + shared, 2, False)
+    assert a[1] != b[1] and keys_of(a[0], shared, 1, False) == [a[1]]
 
 
 def registered(m):
