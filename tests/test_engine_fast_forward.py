@@ -143,11 +143,12 @@ def test_arrivals_behind_a_blocked_queue_head_do_not_end_a_span(system, monkeypa
 
 
 @pytest.mark.parametrize("count", [1, 5, 300, 5000])
-def test_extend_synthetic_appends_the_synthetic_tokens(count):
-    """The bulk token append equals ``synthetic_tokens``: plain ids, ids that wrap around
-    ``SYNTHETIC_TOKEN_BASE``, and the ids a workload gives."""
+def test_decode_synthetic_appends_the_synthetic_tokens(count):
+    """The bulk decode equals ``synthetic_tokens``: plain ids, ids that wrap around
+    ``SYNTHETIC_TOKEN_BASE``, and the ids a workload gives; its KV spans equal
+    ``kv_span`` of them."""
     from harness.engine.sequence import (SYNTHETIC_TOKEN_BASE, Sequence, SequenceGroup,
-                                         extend_synthetic)
+                                         decode_synthetic, kv_span)
 
     given = np.arange(10_000, 10_000 + 6000, dtype=np.int32)
     requests = [Request(0, 0.0, np.arange(3, dtype=np.int32), 6000),
@@ -159,6 +160,11 @@ def test_extend_synthetic_appends_the_synthetic_tokens(count):
     for seq in seqs:
         seq.generated.extend(seq.synthetic_tokens(0, 7))
     expected = [list(seq.synthetic_tokens(0, 7 + count)) for seq in seqs]
-    extend_synthetic(seqs, [7] * len(seqs), count)
+    spans = [list(kv_span(seq.generated[-1], seq.synthetic_tokens(7, count))) for seq in seqs]
+    kv_tokens: list = []
+    decode_synthetic(seqs, [7] * len(seqs), count, kv_tokens)
     assert [seq.generated.tolist() for seq in seqs] == expected
+    assert [list(tokens) for tokens in kv_tokens] == spans
+    assert [expect[6:6 + count] for expect in expected] == spans
+    assert [seq.num_computed for seq in seqs] == [count] * len(seqs)
     assert all(seq.generated.typecode == "q" for seq in seqs)

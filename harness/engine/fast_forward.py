@@ -34,7 +34,7 @@ from allocators.contiguous import ContiguousKVCacheManager
 from allocators.paged import PagedKVCacheManager
 from harness.engine.plan import StepPlan
 from harness.engine.scheduler import Scheduler
-from harness.engine.sequence import Sequence, SequenceGroup, extend_synthetic
+from harness.engine.sequence import Sequence, SequenceGroup, decode_synthetic, kv_span
 from harness.metrics import MEMORY_CATEGORIES, RunRecorder
 
 # Shorter spans run step by step (1: even one bulk step costs less than a scheduled one).
@@ -131,6 +131,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     if memory_blocked is None:
         return None  # the next step may admit
     seqs: list[Sequence] = []
+    seq_ids: list[int] = []
     generated: list[int] = []  # tokens each has generated
     computed: list[int] = []  # = its KV slots written
     remaining_list: list[int] = []  # tokens left to generate
@@ -146,6 +147,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
             if seq.synthetic_offset < 0:
                 workload_tokens.append(len(seqs))
             seqs.append(seq)
+            seq_ids.append(seq.seq_id)
             generated.append(g)
             computed.append(c)
             remaining_list.append(seq.output_len - g)
@@ -258,17 +260,13 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         largest_free_extent=largest_free, cached_free_slots=cached_free,
     )
 
-    # Commit: the KV appends (the tokens whose KV each step writes: the last sampled one,
-    # then the span's but its last), and the sampled tokens.
+    # Commit: the sampled tokens, and the KV appends (each step's ``kv_span``).
     if keyed:
-        kv_tokens = _kv_tokens(seqs, generated, span)
+        kv_tokens: list = []
+        decode_synthetic(seqs, generated, span, kv_tokens)
     else:  # NOTE: only the count is read (nothing is keyed on token ids)
+        decode_synthetic(seqs, generated, span)
         kv_tokens = [range(span)] * num_seqs
-    extend_synthetic(seqs, generated, span)
-    seq_ids: list[int] = []
-    for seq in seqs:
-        seq.num_computed += span
-        seq_ids.append(seq.seq_id)
     if shared_keys:
         _commit_in_step_order(manager, seqs, kv_tokens, written, bs)
     elif manager.append_batch(seq_ids, kv_tokens, []) < num_seqs:
@@ -293,17 +291,9 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
 
 
 def _kv_tokens(seqs: list[Sequence], generated: list[int], span: int) -> list[range | list[int]]:
-    """Each sequence's tokens whose KV the next ``span`` steps write (before sampling): its
-    last sampled token, then the span's but its last (a ``range`` when consecutive ids)."""
-    kv_tokens = []
-    for seq, first in zip(seqs, generated):
-        tokens = seq.synthetic_tokens(first, span)
-        last = seq.generated[-1]
-        if type(tokens) is range and last == tokens.start - 1:  # consecutive ids
-            kv_tokens.append(range(last, tokens.stop - 1))
-        else:
-            kv_tokens.append([last, *tokens[:-1]])
-    return kv_tokens
+    """Each sequence's tokens whose KV the next ``span`` steps write (``kv_span``)."""
+    return [kv_span(seq.generated[-1], seq.synthetic_tokens(first, span))
+            for seq, first in zip(seqs, generated)]
 
 
 def _first_prefix_growth(scheduler: Scheduler, manager: PagedKVCacheManager, seqs: list[Sequence],

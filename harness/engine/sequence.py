@@ -13,7 +13,7 @@ from harness.workloads.request import Request
 # Synthetic generated-token ids live above every id a workload uses for prompts
 # (workloads draw below 2**30), so they never collide with prompt ids.
 SYNTHETIC_TOKEN_BASE = 1 << 30
-# extend_synthetic's int64 words 1, 1, 1, ... and 0, 1, 2, ..., as native bytes
+# decode_synthetic's int64 words 1, 1, 1, ... and 0, 1, 2, ..., as native bytes
 _RAMP_WORDS = 4096
 _ONES = (array("q", [1]) * _RAMP_WORDS).tobytes()
 _STEPS = array("q", range(_RAMP_WORDS)).tobytes()
@@ -117,9 +117,21 @@ class SequenceGroup:
         return self.request.request_id
 
 
-def extend_synthetic(seqs: list[Sequence], firsts: list[int], count: int) -> None:
-    """``seq.generated.extend(seq.synthetic_tokens(first, count))`` for each sequence and
-    ``first`` (= ``len(seq.generated)``) in ``firsts``: ``count`` more tokens each.
+def kv_span(last: int, tokens: SequenceOf[int]) -> SequenceOf[int]:
+    """The tokens whose KV a decode span writes, given its sampled ``tokens``: the token
+    sampled before it (``last``), then ``tokens`` but the last (a ``range`` when the ids
+    are consecutive)."""
+    if type(tokens) is range and last == tokens.start - 1:
+        return range(last, tokens.stop - 1)
+    return [last, *tokens[:-1]]
+
+
+def decode_synthetic(seqs: list[Sequence], firsts: list[int], count: int,
+                     kv_tokens: list | None = None) -> None:
+    """Each sequence decodes ``count`` tokens at once: ``generated`` grows by
+    ``synthetic_tokens(first, count)`` (``first`` = ``len(generated)``, from ``firsts``)
+    and ``num_computed`` by ``count``. ``kv_tokens``, when a list, gets each one's
+    ``kv_span`` (read before the tokens are added).
 
     NOTE: ``array.extend`` converts a range element by element. A run of consecutive ids
     ``start, start + 1, ...`` is copied in as bytes instead: as native int64 words they are
@@ -133,10 +145,18 @@ def extend_synthetic(seqs: list[Sequence], firsts: list[int], count: int) -> Non
         width = 8 * count  # the bytes of ``count`` int64 words ("q")
         ones = int.from_bytes(_ONES[:width], order)
         steps = int.from_bytes(_STEPS[:width], order)
+    keep = kv_tokens.append if kv_tokens is not None else None
     for seq, first in zip(seqs, firsts):
+        generated = seq.generated
         offset = seq.synthetic_offset
         start = (offset + first) % base
-        if not bulk or offset < 0 or start + count > base:
-            seq.generated.extend(seq.synthetic_tokens(first, count))  # given, or wrapping
+        if not bulk or offset < 0 or start + count > base:  # given, or wrapping
+            tokens = seq.synthetic_tokens(first, count)
+            if keep is not None:
+                keep(kv_span(generated[-1], tokens))
+            generated.extend(tokens)
         else:
-            seq.generated.frombytes(((base + start) * ones + steps).to_bytes(width, order))
+            if keep is not None:
+                keep(kv_span(generated[-1], range(base + start, base + start + count)))
+            generated.frombytes(((base + start) * ones + steps).to_bytes(width, order))
+        seq.num_computed += count
