@@ -236,13 +236,11 @@ class PagedKVCacheManager:
     # ----------------------------------------------------------- life cycle
     def can_admit(self, prompt_token_ids: Sequence[int], final_len: int, num_tokens: int) -> bool:
         """Would ``admit`` succeed now? Changes nothing."""
-        bs, pool = self.block_size, self.pool
+        bs = self.block_size
         hits: list[int] = []
         if self.enable_prefix_caching:
             hits = self._prefix_hits(self._prompt(prompt_token_ids), len(prompt_token_ids))
-        need = -(-max(num_tokens, len(hits) * bs) // bs) - len(hits)
-        reclaimed = list(map(pool.ref_cnt.__getitem__, hits)).count(0)
-        return need <= pool.num_free - reclaimed
+        return self._fits(hits, -(-max(num_tokens, len(hits) * bs) // bs) - len(hits))
 
     def _fits(self, hits: list[int], need: int) -> bool:
         """Whether ``need`` new blocks fit once the ``hits`` are taken: the free ones among

@@ -107,7 +107,7 @@ def main():
             "version": _version(),
             "python": platform.python_version(),
             "prefix_caching": caching,
-            "hash_algo": "python-hash+token-bytes" if caching else None,
+            "hash_algo": "python-hash-chain-64" if caching else None,
             "block_size": a.block_size,
             "num_blocks": a.num_blocks,
             "max_num_seqs": a.max_num_seqs,
