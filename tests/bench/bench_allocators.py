@@ -33,7 +33,7 @@ def bench_block_pool_allocate_free(benchmark):
 
 def bench_prefix_lookup_hits(benchmark):
     """One call: admit (64 cached 16-token blocks = a 1,024-token shared prefix + 40 new
-    tokens) and free, 100 times: chained-hash lookups with the token-id check."""
+    tokens) and free, 100 times: lookups of 64-bit chained block hashes."""
     rng = np.random.default_rng(0)
     prefix = unique_prompt(rng, 1024)
     manager = PagedKVCacheManager(8192, 16, enable_prefix_caching=True)
