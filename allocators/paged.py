@@ -364,9 +364,28 @@ class PagedKVCacheManager:
         ``token_ids`` is consumed in step with ``seq_ids`` (one per sequence tried).
         The batch form saves a Python call per sequence on the decode hot path.
         NOTE: misuse raises ValueError like ``append``, after committing the sequences
-        before the faulty one.
+        before the faulty one. The common case (room left in the sole-owned partial last
+        block) is done inline, as in ``append_batch``, without a list per token.
         """
-        return self.append_batch(seq_ids, ((token,) for token in token_ids), copies)
+        seqs = self._seqs
+        caching = self.enable_prefix_caching
+        in_block = done = 0
+        try:
+            for seq_id, token in zip(seq_ids, token_ids):
+                s = seqs.get(seq_id)
+                if s is not None and s.room:
+                    s.room -= 1
+                    s.num_tokens += 1
+                    in_block += 1
+                    if caching:
+                        s.tail.append(token)
+                elif not self._append_general(seq_id, (token,), copies):
+                    break
+                done += 1
+        finally:
+            self._ledger.fill_sum += in_block
+            self._logical += in_block
+        return done
 
     def append_batch(self, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
                      copies: list[tuple[int, int]]) -> int:
@@ -393,17 +412,22 @@ class PagedKVCacheManager:
                             s.tail.append(tokens[0])
                         else:
                             extend_tokens(s.tail, tokens)
-                else:
-                    grown = self.append(seq_id, tokens)
-                    if grown is None:
-                        break
-                    if grown:
-                        copies.extend(grown)
+                elif not self._append_general(seq_id, tokens, copies):
+                    break
                 done += 1
         finally:
             self._ledger.fill_sum += in_block
             self._logical += in_block
         return done
+
+    def _append_general(self, seq_id: int, tokens: Sequence[int],
+                        copies: list[tuple[int, int]]) -> bool:
+        """``append`` for the batch forms: its copies go to ``copies``; False when short."""
+        grown = self.append(seq_id, tokens)
+        if grown is None:
+            return False
+        copies.extend(grown)
+        return True
 
     def _grow(self, s: _Seq, n: int, new_n: int, used: int) -> list[tuple[int, int]] | None:
         """Blocks (and a copy-on-write) for growing ``s`` from ``n`` to ``new_n`` tokens."""
