@@ -383,8 +383,7 @@ class PagedKVCacheManager:
                     break
                 done += 1
         finally:
-            self._ledger.fill_sum += in_block
-            self._logical += in_block
+            self._count_inline(in_block)
         return done
 
     def append_batch(self, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
@@ -416,9 +415,14 @@ class PagedKVCacheManager:
                     break
                 done += 1
         finally:
-            self._ledger.fill_sum += in_block
-            self._logical += in_block
+            self._count_inline(in_block)
         return done
+
+    def _count_inline(self, tokens: int) -> None:
+        """Account for ``tokens`` written inside sole-owned partial last blocks (the batch
+        forms' inline path): they change no block, only the written-slot sums."""
+        self._ledger.fill_sum += tokens
+        self._logical += tokens
 
     def _append_general(self, seq_id: int, tokens: Sequence[int],
                         copies: list[tuple[int, int]]) -> bool:
