@@ -27,8 +27,8 @@ REQUEST_COLUMNS = (
 
 
 # The step columns a MemoryBreakdown gives (its fields of the same names), read in one call.
-_MEMORY_COLUMNS = STEP_COLUMNS[STEP_COLUMNS.index("token_states"):]
-_memory_row = attrgetter(*_MEMORY_COLUMNS)
+MEMORY_STEP_COLUMNS = STEP_COLUMNS[STEP_COLUMNS.index("token_states"):]
+_memory_row = attrgetter(*MEMORY_STEP_COLUMNS)
 
 
 @dataclass
@@ -52,6 +52,12 @@ class RunRecorder:
                num_prefill_tokens, num_waiting, num_preempted, *_memory_row(memory))
         for append, value in zip(self._appends, row):
             append(value)
+
+    def replace_last_memory(self, memory: MemoryBreakdown) -> None:
+        """Overwrite the last step's memory columns with ``memory`` (a fast-forwarded step
+        whose memory is read after the frees that end it, as the step loop reads it)."""
+        for name, value in zip(MEMORY_STEP_COLUMNS, _memory_row(memory)):
+            self.steps[name][-1] = value
 
     def record_steps(self, **columns) -> None:
         """Append several steps at once: one equal-length array per column except ``step``."""

@@ -35,14 +35,12 @@ from allocators.paged import PagedKVCacheManager
 from harness.engine.plan import StepPlan
 from harness.engine.scheduler import Scheduler
 from harness.engine.sequence import Sequence, SequenceGroup, decode_synthetic, kv_span
-from harness.metrics import MEMORY_CATEGORIES, RunRecorder
+from harness.metrics import RunRecorder
 
 # Shorter spans run step by step (1: even one bulk step costs less than a scheduled one).
 MIN_SPAN = 1
 MAX_SPAN = 4096
 PRICE_WINDOW = 64  # steps priced before looking further for the next arrival
-_BREAKDOWN_COLUMNS = (*MEMORY_CATEGORIES, "logical_tokens", "allocated_slots",
-                      "largest_free_extent", "cached_free_slots")
 
 
 @dataclass
@@ -283,9 +281,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     for name, values in columns.items():
         rows[name].extend(values)
     if finished:  # that step's memory is read after the frees, as the loop reads it
-        after = manager.breakdown(memory_blocked)
-        for name in _BREAKDOWN_COLUMNS:
-            rows[name][-1] = getattr(after, name)
+        recorder.replace_last_memory(manager.breakdown(memory_blocked))
     may_continue = finishing and bool(finished) and not arrived and scheduler.num_running_seqs > 0
     return Advance(end_time, finished, may_continue)
 
