@@ -15,7 +15,12 @@ Modelled on vLLM v1 (``vllm/v1/core/block_pool.py``, ``FreeKVCacheBlockQueue``):
 
 The queue is a Python list read from a head index, so that every operation works
 on many blocks at once with list slices and C-level scans (a request holds
-hundreds of blocks). A block taken out of the middle of the queue (``touch``) is
+hundreds of blocks). Ref counts, queue tickets and key flags are flat buffers
+(``array``/``bytearray``) with numpy views over the same memory: single blocks are
+read and written through the buffers, and from ``_BULK_MIN`` blocks on, ``free`` and
+``touch_many`` gather and scatter through the views in a few numpy calls.
+(Allocation stays a loop: there, evicting each block's key from the cache map costs
+more than the rest.) A block taken out of the middle of the queue (``touch``) is
 overwritten by a tombstone (``_DEAD``) that allocation skips; ``_pos`` gives each
 free block's entry. NOTE: entry ``i`` of ``_q`` has ticket ``_base + i``; a free
 block's ``_pos`` is the ticket of its (only live) entry, so tickets survive the
@@ -28,9 +33,11 @@ from array import array
 from operator import itemgetter
 from typing import Iterable, Sequence
 
+import numpy as np
+
 _DEAD = -1  # a queue entry whose block was taken out of the queue (by ``touch``)
 _COMPACT_MIN = 4096  # drop the consumed head of the queue list once it is this long
-_BULK_MIN = 32  # from this many blocks on, free/register_many first read their state in C
+_BULK_MIN = 32  # from this many blocks on, free/touch_many/register_many work on them at once
 
 
 def gather(values: Sequence, index: Sequence[int]) -> tuple:
@@ -46,6 +53,7 @@ class BlockPool:
     __slots__ = (
         "num_blocks", "num_free", "num_cached_free", "num_evictions", "ref_cnt", "_keys", "_cached",
         "_held", "_q", "_head", "_base", "_pos", "_dead", "_evicted", "_evicted_base",
+        "_ref_v", "_held_v", "_pos_v",
     )
 
     def __init__(self, num_blocks: int) -> None:
@@ -57,7 +65,7 @@ class BlockPool:
         self.num_free = n
         self.num_cached_free = 0  # free blocks that still hold a registered key
         self.num_evictions = 0  # keys dropped so far (a block popped for reuse): only this ends a hit
-        self.ref_cnt: list[int] = [0] * n
+        self.ref_cnt = array("q", bytes(8 * n))  # [n] reference counts
         self._keys: list[int | None] = [None] * n  # cache key of a registered block
         self._cached: dict[int, int] = {}  # cache key -> block id
         # NOTE: _held[b] = 1 iff _keys[b] is not None: counting keyed blocks must not touch keys
@@ -66,6 +74,10 @@ class BlockPool:
         self._head = 0  # index in _q of the queue's first entry
         self._base = 0  # ticket of _q[0]
         self._pos = array("q", range(n))  # ticket of a free block's entry
+        # [n] views of the buffers above (which therefore never change size)
+        self._ref_v = np.frombuffer(self.ref_cnt, dtype=np.int64)
+        self._held_v = np.frombuffer(self._held, dtype=np.uint8)
+        self._pos_v = np.frombuffer(self._pos, dtype=np.int64)
         self._dead = 0  # _DEAD entries at or after _head
         self._evicted: list[int] = []  # the blocks of the last evictions (see evicted_since)
         self._evicted_base = 0  # evictions before _evicted[0]
@@ -93,10 +105,7 @@ class BlockPool:
             live = [b for b in q[self._head:] if b != _DEAD]
             self._q = live
             self._base += len(q)
-            pos, t = self._pos, self._base
-            for b in live:
-                pos[b] = t
-                t += 1
+            self._pos_v[live] = np.arange(self._base, self._base + len(live))
             self._dead = 0
         else:
             del q[:self._head]
@@ -160,19 +169,11 @@ class BlockPool:
         NOTE: pass a request's blocks tail first (``reversed(table)``) so its tail is
         evicted first.
         """
+        if isinstance(blocks, list) and len(blocks) >= _BULK_MIN:
+            self._free_many(blocks)
+            return
         ref, q, pos, held = self.ref_cnt, self._q, self._pos, self._held
         t = self._base + len(q)
-        if (isinstance(blocks, list) and len(blocks) >= _BULK_MIN
-                and gather(ref, blocks).count(1) == len(blocks)):
-            # All sole-owned (a request's usual case): all of them are freed.
-            q += blocks
-            for b in blocks:
-                ref[b] = 0
-                pos[b] = t
-                t += 1
-            self.num_free += len(blocks)
-            self.num_cached_free += gather(held, blocks).count(1)
-            return
         freed = cached = 0
         try:
             for b in blocks:
@@ -191,6 +192,20 @@ class BlockPool:
             self.num_free += freed
             self.num_cached_free += cached
 
+    def _free_many(self, blocks: list[int]) -> None:
+        """``free`` through the numpy views (many blocks)."""
+        index = np.array(blocks, dtype=np.int64)  # [len(blocks)]
+        left = self._ref_v[index] - 1  # [len(blocks)] ref counts after
+        if left.min() < 0:  # pragma: no cover - internal invariant
+            raise RuntimeError(f"block {index[left.argmin()]} freed more often than allocated")
+        self._ref_v[index] = left
+        freed = index if not left.any() else index[left == 0]  # NOTE: in order
+        t = self._base + len(self._q)
+        self._q += freed.tolist()
+        self._pos_v[freed] = np.arange(t, t + len(freed))
+        self.num_free += len(freed)
+        self.num_cached_free += int(np.count_nonzero(self._held_v[freed]))
+
     def touch(self, b: int) -> None:
         """Take one more reference to block ``b`` (a prefix-cache hit or a fork).
 
@@ -199,18 +214,29 @@ class BlockPool:
         self.touch_many((b,))
 
     def touch_many(self, blocks: Sequence[int]) -> None:
-        """``touch`` each block in turn (a request's hits, a fork's table), in one call."""
+        """``touch`` each block in turn (a request's hits, a fork's table: distinct blocks),
+        in one call."""
         ref, pos, q, base = self.ref_cnt, self._pos, self._q, self._base
-        taken = []
-        for b in blocks:
-            r = ref[b]
-            if not r:
-                q[pos[b] - base] = _DEAD
-                taken.append(b)
-            ref[b] = r + 1
-        if taken:
+        if len(blocks) >= _BULK_MIN:
+            index = np.array(blocks, dtype=np.int64)  # [len(blocks)]
+            refs = self._ref_v[index]  # [len(blocks)]
+            self._ref_v[index] = refs + 1
+            taken = index[refs == 0]  # the free ones leave the queue
+            for entry in (self._pos_v[taken] - base).tolist():
+                q[entry] = _DEAD
+            cached = int(np.count_nonzero(self._held_v[taken]))
+        else:
+            taken = []
+            for b in blocks:
+                r = ref[b]
+                if not r:
+                    q[pos[b] - base] = _DEAD
+                    taken.append(b)
+                ref[b] = r + 1
+            cached = gather(self._held, taken).count(1)
+        if len(taken):
             self.num_free -= len(taken)
-            self.num_cached_free -= gather(self._held, taken).count(1)
+            self.num_cached_free -= cached
             self._dead += len(taken)
             if self._dead > self.num_blocks:
                 self._compact()
@@ -246,7 +272,7 @@ class BlockPool:
         if got == blocks:  # every key was free (the common case)
             for b, key in zip(blocks, keys):
                 block_keys[b] = key
-                held[b] = 1
+            self._held_v[blocks] = 1
             return
         for b, key, g in zip(blocks, keys, got):
             if g == b:
