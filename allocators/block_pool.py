@@ -74,13 +74,27 @@ class BlockPool:
         self._head = 0  # index in _q of the queue's first entry
         self._base = 0  # ticket of _q[0]
         self._pos = array("q", range(n))  # ticket of a free block's entry
-        # [n] views of the buffers above (which therefore never change size)
-        self._ref_v = np.frombuffer(self.ref_cnt, dtype=np.int64)
-        self._held_v = np.frombuffer(self._held, dtype=np.uint8)
-        self._pos_v = np.frombuffer(self._pos, dtype=np.int64)
+        self._views()
         self._dead = 0  # _DEAD entries at or after _head
         self._evicted: list[int] = []  # the blocks of the last evictions (see evicted_since)
         self._evicted_base = 0  # evictions before _evicted[0]
+
+    def _views(self) -> None:
+        """[n] numpy views of the ref count, ticket and flag buffers (which therefore never
+        change size)."""
+        self._ref_v = np.frombuffer(self.ref_cnt, dtype=np.int64)
+        self._held_v = np.frombuffer(self._held, dtype=np.uint8)
+        self._pos_v = np.frombuffer(self._pos, dtype=np.int64)
+
+    def __getstate__(self) -> dict:
+        """For pickle and ``copy``: the state without the views (a view would be copied on
+        its own, no longer sharing its buffer); ``__setstate__`` makes them again."""
+        return {name: getattr(self, name) for name in self.__slots__ if not name.endswith("_v")}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._views()
 
     # ------------------------------------------------------------------ queue
     def _live(self) -> Iterable[int]:

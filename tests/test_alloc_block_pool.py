@@ -1,5 +1,8 @@
 """BlockPool: exact block ids, free-queue order, LRU eviction of cached blocks."""
 
+import copy
+import pickle
+
 import pytest
 
 from allocators.block_pool import BlockPool
@@ -84,3 +87,20 @@ def test_register_keeps_one_block_per_key():
 def test_bad_pool_size_is_a_value_error(bad):
     with pytest.raises(ValueError, match="num_blocks"):
         BlockPool(bad)
+
+
+@pytest.mark.parametrize("clone", [copy.deepcopy, lambda p: pickle.loads(pickle.dumps(p))])
+def test_a_copied_pool_works_on_its_own_buffers(clone):
+    """The bulk operations go through numpy views of the pool's buffers: a copy must get
+    views of its own buffers (not copies of the original's views)."""
+    pool = BlockPool(100)
+    table = pool.allocate(40)
+    pool.register_many(table, list(range(40)))
+    twin = clone(pool)
+    twin.free(table[::-1])  # 40 blocks: through the views
+    assert twin.num_free == 100 and list(twin.ref_cnt) == [0] * 100
+    assert twin.free_queue() == list(range(40, 100)) + table[::-1]
+    assert twin.num_cached_free == 40 and twin.allocate(100) is not None
+    assert list(twin.ref_cnt) == [1] * 100 and twin.num_cached_blocks == 0
+    assert pool.num_free == 60 and list(pool.ref_cnt) == [1] * 40 + [0] * 60  # untouched
+    assert pool.num_cached_blocks == 40 and pool.lookup(7) == table[7]
