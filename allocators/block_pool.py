@@ -230,7 +230,7 @@ class BlockPool:
     def touch_many(self, blocks: Sequence[int]) -> None:
         """``touch`` each block in turn (a request's hits, a fork's table: distinct blocks),
         in one call."""
-        ref, pos, q, base = self.ref_cnt, self._pos, self._q, self._base
+        q, base = self._q, self._base
         if len(blocks) >= _BULK_MIN:
             index = np.array(blocks, dtype=np.int64)  # [len(blocks)]
             refs = self._ref_v[index]  # [len(blocks)]
@@ -240,7 +240,7 @@ class BlockPool:
                 q[entry] = _DEAD
             cached = int(np.count_nonzero(self._held_v[taken]))
         else:
-            taken = []
+            ref, pos, taken = self.ref_cnt, self._pos, []
             for b in blocks:
                 r = ref[b]
                 if not r:

@@ -465,12 +465,9 @@ class PagedKVCacheManager:
         count = len(tail) // self.block_size
         data = tail.tobytes()
         if count == 1 and s.known is None:
-            # The decode hot path: one block; chain_keys and BlockPool.register inlined.
+            # The decode hot path: one block; chain_keys inlined.
             key = ((keys[-1] if keys else 0) * MUL + hash(data[:self._key_bytes])) & MASK
-            pool, b = self.pool, s.table[first]
-            if not pool._held[b] and pool._cached.setdefault(key, b) == b:
-                pool._keys[b] = key
-                pool._held[b] = 1
+            self.pool.register(s.table[first], key)
             keys.append(key)
             del tail[:self.block_size]
             return
