@@ -1,7 +1,8 @@
 """The Hydra app: ``python -m harness workload=docqa block_size=16`` (sweeps with ``-m``).
 
 Exit status: 0 done (or skipped: complete results for the same resolved config are
-already in the run directory; set PAGEBENCH_RERUN=1 to run anyway), 2 a config or
+already in the run directory; set PAGEBENCH_RERUN=1 to run anyway; any other earlier
+outputs there are moved to ``previous/<n>/`` first, never overwritten), 2 a config or
 input error (the message says what to fix), 130 interrupted (what had run is
 written, marked incomplete).
 """
@@ -14,14 +15,22 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.errors import PagebenchError
-from harness.results import atomic_write_text, config_hash, existing_complete_results
+from harness.errors import ConfigError, PagebenchError
+from harness.rejections import SERVED_NOTHING
+from harness.results import (atomic_write_text, config_hash, existing_complete_results,
+                             set_aside_previous_run)
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+class SweepJobError(CompactHydraException):
+    """A sweep job's config or input error. Hydra prints the message of this kind of
+    exception without a traceback when the sweep ends (exit status 1)."""
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
@@ -40,6 +49,10 @@ def main(cfg: DictConfig) -> None:
                 print(f"skipped: {done} already holds complete results for this resolved config "
                       "(set PAGEBENCH_RERUN=1 to run again)", file=sys.stderr)
                 return
+        previous = set_aside_previous_run(out_dir)
+        if previous is not None:
+            print(f"note: {out_dir} held an earlier run's outputs; moved them to {previous}",
+                  file=sys.stderr)
         atomic_write_text(out_dir / "config_resolved.yaml", resolved_yaml)
         if mode == "study":  # an experiment that runs many sub-runs (conf/experiment/vllm_*.yaml)
             from harness.studies import run_study
@@ -57,10 +70,14 @@ def main(cfg: DictConfig) -> None:
         from harness.run import run_serving
 
         results = run_serving(cfg, out_dir)
+        if str(results.get("stop_reason", "")).startswith(SERVED_NOTHING):
+            raise ConfigError(f"{results['stop_reason']}: it rejected every request (see the "
+                              f"warning above; the results are written to {out_dir})")
     except PagebenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
-            raise  # a sweep records this job as failed (job_failed.txt) and runs the others
+            # a sweep records this job as failed (job_failed.txt) and runs the others
+            raise SweepJobError(f"{type(exc).__name__}: {exc}") from None
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, did_you_mean
 
 GIB = 1024**3
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -37,7 +37,8 @@ def build_spec(cls: type, node: Mapping[str, Any] | None, where: str, **extra: A
     unknown = sorted(set(data) - set(names))
     if unknown:
         raise ConfigError(
-            f"{where}.{unknown[0]}: unknown key. Valid keys for {where}: {', '.join(names)}"
+            f"{where}.{unknown[0]}: unknown key.{did_you_mean(unknown[0], names)} Valid keys "
+            f"for {where}: {', '.join(names)}"
         )
     nested = {f.name: f.type for f in dataclasses.fields(cls)}
     for key, value in list(data.items()):
@@ -344,7 +345,10 @@ def kv_capacity_slots(model: ModelSpec, hardware: HardwareSpec, engine: EngineSp
         raise ConfigError(
             f"model={model.name} does not fit hardware={hardware.name}: weights take "
             f"{model.weight_bytes / GIB:.1f} GiB of {hardware.memory_gib * engine.gpu_memory_utilization:.1f} "
-            f"GiB usable (+{engine.activation_reserve_gib} GiB activations), leaving no KV cache. "
-            "Choose a larger hardware profile, a smaller model, or set engine.kv_capacity_slots."
+            f"GiB usable ({hardware.memory_gib} GiB x engine.gpu_memory_utilization="
+            f"{engine.gpu_memory_utilization}; +{engine.activation_reserve_gib} GiB activations, "
+            "engine.activation_reserve_gib), leaving no KV cache. Choose a larger hardware "
+            "profile, a smaller model, raise engine.gpu_memory_utilization, or set "
+            "engine.kv_capacity_slots."
         )
     return slots

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from typing import Iterable
+
 
 class PagebenchError(Exception):
     """Base of every error whose message is meant for the user."""
@@ -22,3 +25,9 @@ class InputError(PagebenchError, ValueError):
             prefix += f"field {field!r}: "
         super().__init__(prefix + message)
         self.path, self.line, self.field = path, line, field
+
+
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """" Did you mean 'x'?" for the closest valid name to a misspelt one, or ""."""
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""

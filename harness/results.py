@@ -15,6 +15,11 @@ if TYPE_CHECKING:  # pandas is imported lazily: the gate CLI does not need it
 SCHEMA_VERSION = 1
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # (read by setting it: put it back)
+_FILE_MODE = 0o666 & ~_UMASK  # what open() would give a new file
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file and rename: never a half-written file."""
     atomic_write_bytes(path, text.encode("utf-8"))
@@ -26,6 +31,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.chmod(tmp, _FILE_MODE)  # mkstemp makes it 0600: give it a plain file's mode
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         os.replace(tmp, path)
@@ -88,11 +94,36 @@ def read_results(path: Path) -> dict:
 
 
 # Config keys that cannot change results (they are left out of the hash).
-_NOT_HASHED = ("progress", "jobs")  # how a run is shown and spread, not what it computes
+DISPLAY_ONLY_KEYS = ("progress", "jobs")  # how a run is shown and spread, not what it computes
+
+
+def _input_files(node: Any) -> list[str]:
+    """The values of ``path`` keys anywhere in a plain config that name existing files
+    (a workload's trace; not a dataset name)."""
+    if isinstance(node, dict):
+        found = []
+        for key, value in node.items():
+            if key == "path" and isinstance(value, str) and os.path.isfile(value):
+                found.append(value)
+            else:
+                found += _input_files(value)
+        return found
+    if isinstance(node, list):
+        return [path for item in node for path in _input_files(item)]
+    return []
+
+
+def _file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def config_hash(cfg: Any) -> str:
-    """sha256 of the resolved config (minus display-only keys): the identity of a job.
+    """sha256 of the resolved config (minus display-only keys) and of the content of the
+    files it reads (``path`` keys: an edited trace is another job): the identity of a job.
 
     A re-run of a sweep skips a job whose run directory already holds complete
     results with the same hash (see ``existing_complete_results``).
@@ -104,9 +135,45 @@ def config_hash(cfg: Any) -> str:
             cfg = OmegaConf.to_container(cfg, resolve=True)
     except ImportError:  # pragma: no cover - hydra-core is a dependency
         pass
-    plain = {k: v for k, v in dict(cfg).items() if k not in _NOT_HASHED}
+    plain = {k: v for k, v in dict(cfg).items() if k not in DISPLAY_ONLY_KEYS}
+    inputs = {path: _file_sha256(path) for path in _input_files(plain)}
+    if inputs:
+        plain["__input_sha256__"] = inputs
     text = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# The files a run writes into its directory (``run_serving``, kernels, studies, a sweep's
+# failure marker): a later run in the same directory moves them aside first.
+RUN_OUTPUTS = ("results.json", "run_info.json", "config_resolved.yaml", "report.html",
+               "nvml_samples.csv", "steps_*.csv", "requests_*.csv", "kernel_results.*",
+               "study.json", "job_failed.txt")
+PREVIOUS_DIR = "previous"
+
+
+def set_aside_previous_run(out_dir: Path) -> Path | None:
+    """Move an earlier run's outputs in ``out_dir`` into ``out_dir/previous/<n>/`` (n = 1,
+    2, ...: the first that is free), so that a new run neither overwrites them nor leaves
+    them mixed with its own (a table of a system it does not run, a complete results.json
+    beside an interrupted run). Returns that directory, or None when there were none.
+
+    NOTE: Hydra rewrites ``.hydra/`` before the run starts: the earlier run's config is
+    its ``config_resolved.yaml``, moved with the rest (a lone ``config_resolved.yaml`` is
+    just replaced: a run that stopped on bad input leaves only that). Other files stay.
+    """
+    out_dir = Path(out_dir)
+    found = sorted({path for pattern in RUN_OUTPUTS for path in out_dir.glob(pattern)
+                    if path.is_file()})
+    if [path.name for path in found] in ([], ["config_resolved.yaml"]):
+        return None  # nothing, or all that a run stopped by its bad input leaves: replace it
+    n = 1
+    while (out_dir / PREVIOUS_DIR / str(n)).exists():
+        n += 1
+    dest = out_dir / PREVIOUS_DIR / str(n)
+    dest.mkdir(parents=True)
+    for path in found:
+        os.replace(path, dest / path.name)
+    return dest
 
 
 def existing_complete_results(out_dir: Path, cfg_hash: str) -> Path | None:

@@ -28,9 +28,10 @@ from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, bui
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
 from harness.engine.executors import executor_capacity_slots, make_executor
-from harness.errors import ConfigError
+from harness.errors import ConfigError, did_you_mean
 from harness.metrics import memory_summary, serving_summary
 from harness.interrupts import InterruptFlag, deferred_interrupt
+from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.results import SCHEMA_VERSION, config_hash, write_json, write_table
 from harness.systems import build_manager
 
@@ -46,8 +47,8 @@ _POLL_S = 0.2
 def check_top_level(cfg: Any) -> None:
     unknown = sorted(set(cfg.keys()) - TOP_LEVEL_KEYS)
     if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown top-level key. Valid keys: "
-                          f"{', '.join(sorted(TOP_LEVEL_KEYS))}")
+        raise ConfigError(f"{unknown[0]}: unknown top-level key.{did_you_mean(unknown[0], TOP_LEVEL_KEYS)}"
+                          f" Valid keys: {', '.join(sorted(TOP_LEVEL_KEYS))}")
 
 
 def resolve_jobs(value: Any, executor: str, num_systems: int) -> int:
@@ -174,6 +175,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
         except KeyboardInterrupt:  # a second Ctrl-C: keep the systems that finished
             pass
     telemetry_rows = _merge_outcomes(systems, outcomes, results, run_info)
+    _report_rejections(results, len(workload.requests), capacity)
     run_info["wall_time_s"] = round(time.perf_counter() - total_start, 3)
     if telemetry_rows:
         write_table(out_dir / "nvml_samples.csv", pd.DataFrame(telemetry_rows))
@@ -200,6 +202,20 @@ def _merge_outcomes(systems: list[SystemSpec], outcomes: dict[str, SystemOutcome
         results["stop_reason"] = "interrupted"
         print("interrupted: writing what has run, marked incomplete", file=sys.stderr)
     return [dict(row, system=o.system.name) for o in ran for row in o.telemetry_rows]
+
+
+def _report_rejections(results: dict, num_requests: int, capacity: int) -> None:
+    """Warn about requests the systems rejected (console and results.json); a system that
+    served none makes the run incomplete."""
+    warnings = rejection_warnings(results["systems"], num_requests, capacity)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    if warnings:
+        results["warnings"] = warnings
+    served_nothing = systems_that_served_nothing(results["systems"], num_requests)
+    if served_nothing and results.get("stop_reason") != "interrupted":
+        results["complete"] = False
+        results["stop_reason"] = f"{SERVED_NOTHING} {', '.join(served_nothing)}"
 
 
 def _run_serial(systems: list[SystemSpec], context: RunContext, show_progress: bool,

@@ -26,10 +26,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="for a multirun directory, skip re-rendering each job's report.html")
     args = parser.parse_args(argv)
     from reports.render import render_run_report
-    from reports.sweep import collect_jobs, render_sweep_report
+    from reports.sweep import FAILED_MARKER, collect_jobs, render_sweep_report
 
     status = 0
     for path in args.dirs:
+        if not path.is_dir():
+            what = "not a directory" if path.exists() else "no such directory"
+            print(f"error: {path}: {what}; pass a run, sweep or study directory", file=sys.stderr)
+            status = 2
+            continue
         try:
             if (path / "study.json").exists():
                 from reports.paper_section import render_study_report
@@ -38,6 +43,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if is_run_dir(path):
                 print(render_run_report(path))
+                continue
+            if (path / ".hydra" / "overrides.yaml").exists():  # a run that wrote no results
+                marker = path / FAILED_MARKER
+                reason = (marker.read_text(encoding="utf-8").strip().splitlines() or ["failed"])[-1] \
+                    if marker.exists() else "it failed, or is still running"
+                print(f"error: {path}: a run directory without results ({reason})", file=sys.stderr)
+                status = 2
                 continue
             if not args.no_jobs:
                 for job in collect_jobs(path):

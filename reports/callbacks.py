@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
@@ -75,12 +76,16 @@ class SweepReportCallback(Callback):
             error = job_return._return_value  # the exception (return_value would re-raise it)
             try:
                 out_dir = Path(str(config.hydra.runtime.output_dir))
-                text = "".join(traceback.format_exception(error)) if isinstance(error, BaseException) \
-                    else str(error)
-                summary = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) \
-                    else str(error)
-                (out_dir / FAILED_MARKER).write_text(text + "\n" + summary.splitlines()[0] + "\n",
-                                                     encoding="utf-8")
+                if isinstance(error, CompactHydraException):  # a message for the user
+                    text = summary = str(error)
+                elif isinstance(error, BaseException):
+                    text = "".join(traceback.format_exception(error))
+                    summary = f"{type(error).__name__}: {error}"
+                else:
+                    text = summary = str(error)
+                last = summary.splitlines()[0]  # the reason the sweep report shows
+                (out_dir / FAILED_MARKER).write_text(
+                    (text if text == last else text + "\n" + last) + "\n", encoding="utf-8")
             except Exception:  # noqa: BLE001 - never turn a report problem into a job failure
                 pass
         try:

@@ -83,6 +83,9 @@ def _headline_sentence(systems: dict[str, dict]) -> str | None:
                   if s.get("allocator", {}).get("kind") == "contiguous"}
     if not paged or not contiguous:
         return None
+    if len({s["requests"]["rejected"] for s in systems.values()}) > 1:
+        return None  # they served different requests (the warnings say which): no comparison
+
     def best(group: dict[str, dict]) -> str:  # highest throughput, then least waste
         return max(group, key=lambda n: (group[n]["throughput"]["requests_per_s"] or 0.0,
                                          -(waste_pct(group[n]) or 0.0)))
@@ -138,6 +141,8 @@ def _header(run: RunData) -> list[str]:
         parts.append("<p class='note'>This run is incomplete "
                      f"({esc(r.get('stop_reason', 'stopped early'))}): figures cover what "
                      "finished.</p>")
+    for warning in (r or {}).get("warnings") or ():
+        parts.append(f"<p class='note'>Warning: {esc(warning)}</p>")
     return parts
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from harness.errors import InputError
-from harness.results import atomic_write_text, read_results
+from harness.results import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, atomic_write_text, read_results
 from reports import figures as F
 from reports.html import absent, esc, figure, page, table
 from reports.metrics import HEADLINE_METRICS, headline_values
@@ -31,7 +31,7 @@ REPORT_NAME = "sweep_report.html"
 TABLE_NAME = "sweep_results.csv"
 FAILED_MARKER = "job_failed.txt"  # written by reports.callbacks when a job raises
 FINISHED, INCOMPLETE, FAILED, MISSING = "finished", "incomplete", "failed", "not started"
-_SKIP_DIRS = {".hydra", ".submitit", "__pycache__"}
+_SKIP_DIRS = {".hydra", ".submitit", "__pycache__", PREVIOUS_DIR}  # previous/: earlier runs set aside
 
 
 @dataclass
@@ -45,7 +45,9 @@ class Job:
 
     @property
     def params(self) -> dict[str, Any]:
-        return parse_overrides(self.overrides)
+        """The job's overrides that can change its results (not ``progress``/``jobs``)."""
+        return {key: value for key, value in parse_overrides(self.overrides).items()
+                if key not in DISPLAY_ONLY_KEYS}
 
 
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:

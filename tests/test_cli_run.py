@@ -58,11 +58,31 @@ def test_default_command_breakdown_is_complete_and_paged_packs_more(default_run)
     assert paged["prefix_cache"]["hit_rate"] > 0 and paged["sharing_savings_pct"] > 0
 
 
-def test_request_longer_than_the_pool_is_rejected_and_counted(tmp_path):
+def test_request_longer_than_the_pool_is_rejected_counted_and_reported(tmp_path):
     proc = run_cli(tmp_path, "workload=fixed", "workload.num_requests=4",
                    "engine.kv_capacity_slots=400", "systems=[paged,oracle]")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    systems = json.loads((tmp_path / "results.json").read_text())["systems"]
-    for summary in systems.values():
+    # every request rejected: an error (exit 2) that says why, the results kept for a look
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "warning: paged rejected 4 of 4 requests that can never run on it (larger_than_pool: " \
+           "4; the KV pool holds 400 slots)" in proc.stderr
+    assert "raise engine.kv_capacity_slots" in proc.stderr
+    assert "error: no request can run on paged, oracle: it rejected every request" in proc.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["complete"] is False and len(results["warnings"]) == 2
+    for summary in results["systems"].values():
         assert summary["requests"] == {"finished": 0, "rejected": 4, "unfinished": 0}
         assert summary["rejected_reasons"] == {"larger_than_pool": 4}
+    assert "Warning: paged rejected 4 of 4" in (tmp_path / "report.html").read_text()
+
+
+def test_requests_only_some_systems_can_run_are_named_on_the_console(tmp_path):
+    proc = run_cli(tmp_path, "workload=docqa", "workload.num_requests=60",
+                   "engine.kv_capacity_slots=2000", "systems=[paged,oracle]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["complete"] is True
+    paged, oracle = (results["systems"][name]["requests"] for name in ("paged", "oracle"))
+    assert 0 < paged["rejected"] < oracle["rejected"] < 60  # the buddy arena's 1024-slot limit
+    assert f"warning: oracle rejected {oracle['rejected']} of 60 requests" in proc.stderr
+    assert "buddy arena's largest extent" in proc.stderr
+    assert "id='headline'" not in (tmp_path / "report.html").read_text()  # not the same work

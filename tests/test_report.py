@@ -242,6 +242,22 @@ def test_bad_inputs_name_the_file(tmp_path, capsys):
     assert "results.json" in capsys.readouterr().err
 
 
+def test_python_m_reports_says_what_is_wrong_with_a_directory(tmp_path, capsys):
+    from reports.__main__ import main
+
+    (tmp_path / "file").write_text("x")
+    failed = tmp_path / "failed_job"
+    (failed / ".hydra").mkdir(parents=True)
+    (failed / ".hydra" / "overrides.yaml").write_text("- block_size=0\n")
+    (failed / "job_failed.txt").write_text("ConfigError: block_size: must be a positive integer\n")
+    assert main([str(tmp_path / "missing"), str(tmp_path / "file"), str(failed)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {tmp_path / 'missing'}: no such directory" in err
+    assert f"error: {tmp_path / 'file'}: not a directory" in err
+    assert f"error: {failed}: a run directory without results (ConfigError: block_size" in err
+    assert "Traceback" not in err
+
+
 def test_incomplete_runs_are_flagged(run_dir):
     from reports.render import _header
 

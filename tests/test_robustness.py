@@ -43,6 +43,8 @@ BAD_INPUTS = {
     "block_size_zero": (["block_size=0"], "block_size: must be a positive integer"),
     "negative_rate": (["workload.arrival.rate=-1"], "workload.arrival.rate"),
     "unknown_top_level_key": (["+foo=1"], "foo: unknown top-level key"),
+    "misspelt_top_level_key": (["+blok_size=16"], "unknown top-level key. Did you mean 'block_size'?"),
+    "misspelt_engine_key": (["+engine.max_num_seq=3"], "Did you mean 'max_num_seqs'?"),
     "unknown_workload_key": (["workload.bogus=1"], "Could not override 'workload.bogus'"),
     "added_unknown_workload_key": (["+workload.bogus=1"], "workload.bogus: unknown key"),
     "weights_do_not_fit": (["model=llama-2-70b", "hardware=a100-40gb"],
@@ -51,6 +53,10 @@ BAD_INPUTS = {
     "missing_trace_path": (["workload=azure_conv"], "workload.path is required"),
     "trace_file_not_found": (["workload=azure_conv", "workload.path=/nonexistent/trace.csv"],
                              "/nonexistent/trace.csv"),
+    "trace_path_is_a_directory": (["workload=azure_conv", f"workload.path={ROOT}"],
+                                  f"workload.path: {ROOT} is a directory"),
+    "no_room_left_for_kv": (["engine.gpu_memory_utilization=0.1"],
+                            "engine.gpu_memory_utilization=0.1"),
 }
 
 
@@ -154,8 +160,10 @@ def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(
     if proc.returncode == 0:  # rejected at arrival and counted
         results = json.loads((tmp_path / "results.json").read_text())
         assert results["systems"]["max"]["requests"]["rejected"] == 8
-    else:
-        assert proc.returncode == 2 and "error: no step can run" in proc.stderr, proc.stderr
+    else:  # all rejected, or stalled
+        assert proc.returncode == 2, proc.stderr
+        assert "error: no request can run on max" in proc.stderr or "error: no step can run" \
+            in proc.stderr, proc.stderr
 
 
 # ------------------------------------------------------------- interruption
@@ -223,3 +231,58 @@ def test_config_hash_ignores_display_only_keys_and_tracks_everything_else():
     assert config_hash(cfg) == config_hash({**cfg, "progress": False})
     assert config_hash(cfg) != config_hash({**cfg, "seed": 1})
     assert config_hash(cfg) != config_hash({**cfg, "workload": {"num_requests": 5}})
+
+
+def test_config_hash_follows_the_content_of_the_trace_it_reads(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,374,44\n")
+    cfg = {"block_size": 16, "workload": {"name": "azure_conv", "path": str(trace)}}
+    before = config_hash(cfg)
+    assert config_hash(cfg) == before
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,375,44\n")
+    assert config_hash(cfg) != before  # an edited trace is not "already done"
+    mooncake = {"workload": {"trace": {"path": str(trace)}}}  # nested, as conf/workload/mooncake
+    assert config_hash(mooncake) != config_hash({"workload": {"trace": {"path": "/no/such"}}})
+
+
+# ------------------------------------------------------ earlier outputs are kept
+def test_a_run_into_a_directory_with_an_earlier_run_moves_it_aside_never_over_it(tmp_path):
+    first = run_cli(tmp_path, *SMALL, "systems=[paged,max]")
+    assert first.returncode == 0, first.stderr
+    kept = {name: (tmp_path / name).read_bytes()
+            for name in ("results.json", "config_resolved.yaml", "steps_max.csv", "report.html")}
+    bad = run_cli(tmp_path, *SMALL, "block_size=0")
+    assert bad.returncode == 2 and "error: block_size" in bad.stderr and "Traceback" not in bad.stderr
+    assert f"moved them to {tmp_path / 'previous' / '1'}" in bad.stderr
+    for name, data in kept.items():  # byte for byte, and none left beside the failed run's
+        assert (tmp_path / "previous" / "1" / name).read_bytes() == data
+        assert name == "config_resolved.yaml" or not (tmp_path / name).exists()
+    again = run_cli(tmp_path, *SMALL, "systems=[paged]")
+    assert again.returncode == 0, again.stderr
+    assert "note:" not in again.stderr  # the failed run left only its config: replaced
+    assert not (tmp_path / "steps_max.csv").exists()  # no table of a system it did not run
+    assert list(json.loads((tmp_path / "results.json").read_text())["systems"]) == ["paged"]
+    assert sorted(p.name for p in (tmp_path / "previous").iterdir()) == ["1"]
+    probe = tmp_path / "probe.txt"  # outputs get a plain file's mode (mkstemp's is 0600)
+    probe.write_text("")
+    assert (tmp_path / "results.json").stat().st_mode & 0o777 == probe.stat().st_mode & 0o777
+
+
+def test_a_failed_sweep_job_does_not_report_an_earlier_runs_results(tmp_path):
+    sweep = tmp_path / "sweep"
+
+    def sweep_run(block_sizes: str) -> subprocess.CompletedProcess:
+        return subprocess.run(harness_cmd("-m", *SMALL, "systems=[paged]", f"block_size={block_sizes}",
+                                          f"hydra.sweep.dir={sweep}"),
+                              cwd=ROOT, capture_output=True, text=True, timeout=300, env=env())
+
+    assert sweep_run("8").returncode == 0
+    earlier = (sweep / "0" / "results.json").read_bytes()
+    failed = sweep_run("0")  # job 0 again, now with a bad block size
+    assert failed.returncode != 0 and "error: block_size" in failed.stderr
+    assert (sweep / "0" / "previous" / "1" / "results.json").read_bytes() == earlier
+    assert not (sweep / "0" / "results.json").exists()
+    from reports.sweep import collect_jobs
+
+    [job] = collect_jobs(sweep)
+    assert job.status == "failed" and "block_size" in job.reason

@@ -61,6 +61,7 @@ def raises_at(name, path, line, field, fragment, **overrides) -> str:
     ("2023-11-16 18:15:52.0,,5", "ContextTokens", "missing"),
     ("yesterday,10,5", "TIMESTAMP", "not a date-time"),
     ("2023-11-16 18:15:40.0,10,5", "TIMESTAMP", "timestamp goes backwards"),
+    ("2023-11-16 18:15:52.0,10,5,9", None, "invalid record: 4 fields, but the header names 3"),
 ])
 def test_a_malformed_azure_row_names_file_line_and_field(tmp_path, bad_row, field, fragment):
     path = azure_file(tmp_path, *GOOD, bad_row, GOOD[1])

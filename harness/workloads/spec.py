@@ -20,7 +20,7 @@ from typing import Any, Literal, Mapping, Union
 
 import numpy as np
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, did_you_mean
 
 MISSING_VALUE = "???"  # OmegaConf's mark for a mandatory value
 
@@ -53,7 +53,8 @@ def parse_spec(cls: type, data: Any, where: str):
     for key in data:
         if key not in fields:
             raise ConfigError(
-                f"{where}.{key}: unknown key. Allowed keys: {', '.join(fields)}. "
+                f"{where}.{key}: unknown key.{did_you_mean(key, fields)} Allowed keys: "
+                f"{', '.join(fields)}. "
                 f"Remove it or fix its spelling.")
     hints = _type_hints(cls)
     kwargs: dict[str, Any] = {}

@@ -43,6 +43,8 @@ def resolve_path(path: str, where: str = "workload") -> Path:
     candidate = Path(os.path.expanduser(path))
     if not candidate.is_absolute():
         candidate = _launch_dir() / candidate
+    if candidate.is_dir():
+        raise ConfigError(f"{where}.path: {candidate} is a directory: name the trace file in it")
     if not candidate.is_file():
         raise ConfigError(f"{where}.path: no such file: {candidate} (set {where}.path to an existing trace "
                           "file; relative paths are taken from the directory you ran the command in)")
@@ -121,16 +123,20 @@ def _read_csv(path: Path, gzipped: bool, columns: Sequence[str]) -> Table:
                 index.append(names.index(column))
             values: list[list[Any]] = [[] for _ in columns]
             lines: list[int] = []
+            errors: dict[int, tuple[str | None, str, str]] = {}
             for row in reader:
                 if not row or (len(row) == 1 and not row[0].strip()):
                     continue  # blank line
-                lines.append(reader.line_num)
                 width = len(row)
+                if width > len(names):  # a shifted or merged row: no field can be trusted
+                    errors[len(lines)] = (None, "invalid record",
+                                          f"{width} fields, but the header names {len(names)}")
+                lines.append(reader.line_num)
                 for out, i in zip(values, index):
                     out.append(row[i] if i < width else None)
         except csv.Error as err:
             raise InputError(f"malformed CSV: {err}", path=str(path), line=reader.line_num) from None
-    return Table(str(path), "csv", dict(zip(columns, values)), lines)
+    return Table(str(path), "csv", dict(zip(columns, values)), lines, errors)
 
 
 def iter_records(path: Path, gzipped: bool, fmt: str) -> Iterator[tuple[int, Any, str | None]]:
