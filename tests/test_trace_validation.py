@@ -122,6 +122,13 @@ def mooncake_file(tmp_path: Path, *lines: str) -> Path:
 MOON_GOOD = json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]})
 
 
+def test_a_trace_of_another_kind_says_so_at_its_first_record(tmp_path):
+    path = mooncake_file(tmp_path, MOON_GOOD, MOON_GOOD)  # a Mooncake trace given to azure_conv
+    message = raises_at("azure_conv", path, 1, None, "the record has none of the fields",
+                        format="jsonl")
+    assert "(it has: timestamp, input_length, output_length, hash_ids)" in message
+
+
 @pytest.mark.parametrize("bad, field, fragment", [
     ('{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]', None, "not valid JSON"),
     ('[1, 2]', None, "expected a JSON object"),

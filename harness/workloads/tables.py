@@ -213,6 +213,11 @@ def _read_records(path: Path, gzipped: bool, fmt: str, columns: Sequence[str]) -
             for out in values:
                 out.append(None)
             continue
+        if row == len(errors) and not any(column in record for column in columns):
+            # the first good record has none of them: another kind of trace
+            raise InputError(f"the record has none of the fields {', '.join(columns)} (it has: "
+                             f"{', '.join(map(str, list(record)[:12])) or 'nothing'}); is this "
+                             "the trace this workload reads?", path=str(path), line=line)
         for out, column in zip(values, columns):
             out.append(record.get(column))
     return Table(str(path), fmt, dict(zip(columns, values)), lines, errors)
