@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -114,6 +115,13 @@ def _input_files(node: Any) -> list[str]:
 
 
 def _file_sha256(path: str) -> str:
+    stat = os.stat(path)
+    return _sha256_of(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a file's bytes, read once per (path, size, mtime) in a process."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):

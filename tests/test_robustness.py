@@ -239,7 +239,7 @@ def test_config_hash_follows_the_content_of_the_trace_it_reads(tmp_path):
     cfg = {"block_size": 16, "workload": {"name": "azure_conv", "path": str(trace)}}
     before = config_hash(cfg)
     assert config_hash(cfg) == before
-    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,375,44\n")
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,3740,44\n")
     assert config_hash(cfg) != before  # an edited trace is not "already done"
     mooncake = {"workload": {"trace": {"path": str(trace)}}}  # nested, as conf/workload/mooncake
     assert config_hash(mooncake) != config_hash({"workload": {"trace": {"path": "/no/such"}}})
