@@ -2,7 +2,8 @@
 
 Exit status: 0 done (or skipped: complete results for the same resolved config are
 already in the run directory; set PAGEBENCH_RERUN=1 to run anyway; any other earlier
-outputs there are moved to ``previous/<n>/`` first, never overwritten), 2 a config or
+outputs there are moved to ``previous/<n>/`` first, never overwritten), 1 Hydra refused
+the command line (a key not in the config; a sweep with a failed job), 2 a config or
 input error (the message says what to fix), 130 interrupted (what had run is
 written, marked incomplete).
 """
@@ -60,9 +61,10 @@ def main(cfg: DictConfig) -> None:
             run_study(cfg, out_dir)
             return
         if mode == "kernels":
-            from kernels.benchmark import run_kernel_benchmark
+            from kernels.benchmark import prefer_explicit, run_kernel_benchmark
 
-            run_kernel_benchmark(cfg.kernel_bench, out_dir)
+            spec = OmegaConf.to_container(cfg.kernel_bench, resolve=True)
+            run_kernel_benchmark(prefer_explicit(spec, _overridden_keys("kernel_bench")), out_dir)
             from reports.render import render_run_report
 
             render_run_report(out_dir)  # report.html with the kernels section
@@ -88,6 +90,16 @@ def main(cfg: DictConfig) -> None:
         reasons = sorted({s.get("stop_reason", "") for s in results["systems"].values()} - {""})
         print(f"warning: results are incomplete ({'; '.join(reasons) or 'see results.json'})",
               file=sys.stderr)
+
+
+def _overridden_keys(node: str) -> list[str]:
+    """The keys of ``node`` set on the command line (``node.key=...``, not deeper ones)."""
+    keys = []
+    for override in HydraConfig.get().overrides.task:
+        path = override.split("=", 1)[0].lstrip("+~")
+        if path.startswith(node + ".") and "." not in path[len(node) + 1:]:
+            keys.append(path[len(node) + 1:])
+    return keys
 
 
 if __name__ == "__main__":

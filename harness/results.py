@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # (read by setting it: put it back)
-_FILE_MODE = 0o666 & ~_UMASK  # what open() would give a new file
+FILE_MODE = 0o666 & ~_UMASK  # what open() would give a new file
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -32,7 +32,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        os.chmod(tmp, _FILE_MODE)  # mkstemp makes it 0600: give it a plain file's mode
+        os.chmod(tmp, FILE_MODE)  # mkstemp makes it 0600: give it a plain file's mode
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         os.replace(tmp, path)

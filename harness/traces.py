@@ -28,6 +28,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.results import FILE_MODE
+
 
 @dataclass(frozen=True)
 class KnownTrace:
@@ -94,7 +96,12 @@ def fetch(name: str, dest: Path | None = None, url: str | None = None, sha256: s
     if verify and expected is None:
         raise FetchError(f"no known sha256 for {name}; pass --sha256 HEX, or --no-verify to accept any content")
     dest = Path(dest) if dest is not None else default_cache()
-    dest.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and not dest.is_dir():
+        raise FetchError(f"--dest {dest} is a file: give a folder to download into")
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise FetchError(f"cannot create the folder {dest}: {err}") from None
     target = dest / known.filename
     if target.is_file() and expected is not None and sha256_of(target) == expected:
         return target
@@ -111,6 +118,7 @@ def fetch(name: str, dest: Path | None = None, url: str | None = None, sha256: s
         if expected is not None and actual != expected:
             raise FetchError(f"sha256 mismatch for {name} from {source}: expected {expected}, got {actual}; "
                              "the file was not saved")
+        os.chmod(tmp, FILE_MODE)  # mkstemp makes it 0600: a plain file's mode for a shared cache
         os.replace(tmp, target)
     except (urllib.error.URLError, OSError, ValueError) as err:
         raise FetchError(f"cannot download {name} from {source}: {err}") from None

@@ -36,7 +36,7 @@ import datetime as _dt
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -443,6 +443,17 @@ def _triton_version() -> str:
 # ---- CLI ----------------------------------------------------------------------------------------
 
 
+def prefer_explicit(spec: dict, keys: Iterable[str]) -> dict:
+    """Copy each of ``keys`` (the ones the user set) over its ``cpu`` override in ``spec``:
+    what a user asks for wins on a CPU too."""
+    cpu = spec.get("cpu")
+    if isinstance(cpu, dict):
+        for key in keys:
+            if key in cpu and key in spec:
+                cpu[key] = spec[key]
+    return spec
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernels.benchmark", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
@@ -461,8 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         if not _:
             parser.error(f"--set expects KEY=VALUE, got {item!r}")
         spec[key] = yaml.safe_load(value)
-        if isinstance(spec.get("cpu"), dict) and key in spec["cpu"]:
-            spec["cpu"][key] = spec[key]  # an explicit override wins on CPU too
+    prefer_explicit(spec, [item.partition("=")[0] for item in args.set])
     if args.device:
         spec["device"] = args.device
     out = args.out or Path("outputs") / "kernels" / _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")

@@ -194,12 +194,14 @@ def _find_numbers(node: Any, pattern: re.Pattern, path: str = "") -> list[tuple[
 
 def indirection_share_of_decode(run: RunData) -> list[Measured]:
     kernel = run.kernel_results or {}
+    if kernel.get("timings") == "cpu":  # the claim is about the GPU kernel
+        raise NotMeasured("the kernel benchmark ran on a CPU, where it times torch's reference "
+                          "paths, not the Triton kernels: run it on a GPU")
     rows = [r for r in kernel.get("rows") or [] if isinstance(r, dict)
             and isinstance(r.get("indirection_share"), (int, float)) and r.get("block_size")]
     if rows:
         # The claim is about a serving block size: the benchmarked size nearest 16.
         block = min({r["block_size"] for r in rows}, key=lambda b: (abs(b - 16), b))
-        timings = "CPU timings" if kernel.get("timings") == "cpu" else "GPU timings"
         out = []
         for head in dict.fromkeys(r.get("head_config", "?") for r in rows):
             mine = [r for r in rows if r.get("head_config", "?") == head and r["block_size"] == block]
@@ -207,7 +209,7 @@ def indirection_share_of_decode(run: RunData) -> list[Measured]:
                 worst = max(mine, key=lambda r: r["indirection_share"])
                 out.append(Measured(
                     f"kernel benchmark: {head}, block {block}", 100.0 * worst["indirection_share"],
-                    f"kernel_results.json ({timings}): layers x (paged - contiguous attention) / "
+                    f"kernel_results.json (GPU timings): layers x (paged - contiguous attention) / "
                     f"decode step, largest over {len(mine)} batch x context points (worst at batch "
                     f"{worst.get('batch')}, context {worst.get('context_len')})"))
         return out

@@ -20,6 +20,13 @@ mkdir -p "$OUT"
 SMOKE=(workload=docqa,sharegpt_like block_size=8,32 workload.num_requests=64
        workload.arrival.rate=8 engine.kv_capacity_slots=4096 seed=0 progress=false)
 
+update=0
+for arg in "$@"; do [[ "$arg" == "--update" ]] && update=1; done
+if (( ! update )) && [[ ! -f "$BASELINE" ]]; then  # before the sweep, not after it
+    echo "ci_gate: baseline $BASELINE not found; create it with: scripts/ci_gate.sh --update" >&2
+    exit 2
+fi
+
 start=$(date +%s)
 if ! "$PYTHON" -m harness -m "${SMOKE[@]}" hydra.sweep.dir="$OUT/sweep" >"$OUT/sweep.log" 2>&1; then
     cat "$OUT/sweep.log" >&2
@@ -31,5 +38,7 @@ echo "ci_gate: smoke sweep took $(( $(date +%s) - start )) s ($OUT/sweep)"
 status=0
 "$PYTHON" -m harness.gate "$OUT/sweep" --baseline "$BASELINE" --out "$OUT/gate" \
     --failures-only "$@" || status=$?
-echo "ci_gate: full table in $OUT/gate/gate.md"
+if [[ -f "$OUT/gate/gate.md" ]]; then
+    echo "ci_gate: full table in $OUT/gate/gate.md"
+fi
 exit "$status"

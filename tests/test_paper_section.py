@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.studies.paper import STUDIES
+from harness.studies.paper import STUDIES, check_study_keys
 from paper_helpers import compose_experiment
 from reports.paper_section import (FIGURES, cause_for, compare, comparison_rows,
                                    load_paper_values, render_study_report)
@@ -49,6 +49,41 @@ def test_experiment_configs_use_the_papers_setup(name):
     for system in cfg.study.systems.values():
         spec = cfg.allocator[system]
         assert spec.kind == "paged" or spec.arena == "buddy"
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_study_values_pass_the_checks(name):
+    from omegaconf import OmegaConf
+
+    check_study_keys(OmegaConf.to_container(compose_experiment(name).study, resolve=True))
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("scale", "abc", "study.scale: must be a positive number, got 'abc'"),
+    ("scale", -1, "study.scale: must be a positive number"),
+    ("min_requests", 2.5, "study.min_requests: must be a positive integer"),
+    ("saturated", 3, "study.saturated: must be true or false"),
+    ("rates", {"sharegpt": "x"}, "study.rates.sharegpt: must be a positive number"),
+    ("widths", {"beam": [2, 0]}, "study.widths.beam[1]: must be a positive integer"),
+    ("rat", 4, "study.rat: unknown key for study"),
+])
+def test_bad_study_values_are_named_before_any_job_runs(key, value, message):
+    from harness.errors import ConfigError
+
+    name = "vllm_fig15" if key == "widths" else "vllm_fig13"
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        check_study_keys({"name": name, key: value})
+
+
+def test_an_unknown_system_in_a_study_fails_before_any_job_runs(tmp_path, capsys):
+    from harness.errors import ConfigError
+    from harness.studies import run_study
+
+    cfg = compose_experiment("vllm_fig2", ["study.systems.vllm=foo"])
+    with pytest.raises(ConfigError, match="systems: unknown system 'foo'"):
+        run_study(cfg, tmp_path)
+    assert "[1/" not in capsys.readouterr().err  # no job started
+    assert not list(tmp_path.iterdir())
 
 
 def test_compare_label_range_and_set_values():

@@ -220,6 +220,12 @@ def test_python_m_reports_rerenders_with_kernels_and_nvml(run_dir, tmp_path):
     assert "GPU telemetry over time" in text
     indirection = [r for r in report.tables["claims-table"] if "kernel benchmark" in " ".join(r)]
     assert indirection and "holds" in indirection[0]
+    # CPU timings of the reference paths say nothing about the GPU kernel's overhead
+    (copy / "kernel_results.json").write_text(json.dumps({**kernel_results(), "timings": "cpu"}))
+    assert main([str(copy)]) == 0
+    rows = parse(copy / "report.html").tables["claims-table"]
+    [row] = [r for r in rows if "1% of a decode step" in " ".join(r)]
+    assert "not measured in this run" in row and "ran on a CPU" in " ".join(row)
 
 
 def test_a_kernels_only_directory_renders(tmp_path):

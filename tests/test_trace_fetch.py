@@ -31,6 +31,15 @@ def tiny(tmp_path, monkeypatch):
 def test_fetch_saves_a_file_whose_sha256_matches(tiny, tmp_path):
     path = fetch("tiny", dest=tmp_path / "cache")
     assert path == tmp_path / "cache" / "tiny.csv" and path.read_bytes() == CONTENT
+    probe = tmp_path / "probe"  # a plain file's mode, readable in a shared cache
+    probe.write_text("")
+    assert path.stat().st_mode & 0o777 == probe.stat().st_mode & 0o777
+
+
+def test_a_dest_that_is_a_file_is_an_error(tiny, tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert main(["fetch", "tiny", "--dest", str(tmp_path / "afile")]) == 1
+    assert f"error: --dest {tmp_path / 'afile'} is a file" in capsys.readouterr().err
 
 
 def test_a_sha256_mismatch_keeps_nothing(tiny, tmp_path):

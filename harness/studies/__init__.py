@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.config import select_systems
 from harness.errors import ConfigError
 from harness.results import write_json
 
@@ -65,6 +66,9 @@ def run_study(cfg: Any, out_dir: Path) -> dict:
         raise ConfigError(f"study.workers: must be a positive integer or null (all cores), got {workers!r}")
 
     plan = STUDIES[name](plain, study)
+    # every job's system exists (checked now, not when its turn comes)
+    select_systems(sorted({job.system for chain in plan.chains for job in chain.jobs}),
+                   plain.get("allocator"), plain.get("block_size", 16))
     num_jobs = sum(len(c.jobs) for c in plan.chains)
     print(f"pagebench {__version__}: study {name} ({study.get('figure', '')}): up to {num_jobs} "
           f"jobs on {workers} worker(s)", file=sys.stderr)
@@ -80,12 +84,12 @@ def run_study(cfg: Any, out_dir: Path) -> dict:
         "study": name,
         "figure": study.get("figure"),
         "params": {k: v for k, v in study.items() if k != "workloads"},
-        "workloads": study.get("workloads", {}),
+        "workloads": study.get("workloads", {}),  # as composed: jobs[].overrides change them
         "setup": {"model": plain["model"], "hardware": plain["hardware"], "engine": plain["engine"],
                   "block_size": plain["block_size"], "seed": plain["seed"],
                   "allocator": plain["allocator"]},
         "complete": all(s.get("complete", True) for _, s in pairs),
-        "jobs": [{"key": j.key, "system": j.system, "params": j.params,
+        "jobs": [{"key": j.key, "system": j.system, "params": j.params, "overrides": j.overrides,
                   "summary": {k: s[k] for k in _SUMMARY_KEYS if k in s}} for j, s in pairs],
         **derived,
         "timing": {

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from harness.errors import ConfigError
 from harness.studies.runner import Chain, Job, with_overrides
@@ -65,7 +65,7 @@ def _job(base: dict, key: str, system: str, workload: dict, overrides: dict, par
          probe_blocks: bool = False) -> Job:
     cfg = copy.deepcopy(base)
     cfg["workload"] = copy.deepcopy(workload)
-    return Job(key, system, with_overrides(cfg, overrides), params, probe_blocks)
+    return Job(key, system, with_overrides(cfg, overrides), params, probe_blocks, dict(overrides))
 
 
 def _norm_latency(summary: dict) -> float | None:
@@ -414,10 +414,55 @@ STUDY_KEYS: dict[str, set[str]] = {
 }
 
 
+# The shape of each study value: a positive number or count, true/false, a list of them,
+# or a mapping of panels to either.
+_POSITIVE = {"scale", "rate", "threshold_s_per_token", "near_best_fraction"}
+_COUNTS = {"min_requests", "num_requests"}
+_NON_NEGATIVE = {"points_after_saturation"}
+_FLAGS = {"saturated"}
+_LISTS = {"widths", "block_sizes"}
+_PANELS = {"rates", "duration_s"}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _check_value(where: str, value: Any, count: bool = False) -> None:
+    ok = _is_number(value) and (not count or float(value).is_integer())
+    if not ok:
+        what = "a positive integer" if count else "a positive number"
+        raise ConfigError(f"{where}: must be {what}, got {value!r}")
+
+
 def check_study_keys(study: dict) -> None:
-    """Reject keys the named study does not read, naming the ones it does."""
+    """Reject keys the named study does not read (naming the ones it does) and values of
+    the wrong kind, before any job runs."""
     allowed = COMMON_KEYS | STUDY_KEYS.get(study.get("name"), set())
     unknown = sorted(set(study) - allowed)
     if unknown:
         raise ConfigError(f"study.{unknown[0]}: unknown key for study {study.get('name')!r}; "
                           f"valid keys: {', '.join(sorted(allowed))}")
+    for key, value in study.items():
+        where = f"study.{key}"
+        if key in _POSITIVE or key in _COUNTS:
+            _check_value(where, value, count=key in _COUNTS)
+        elif key in _NON_NEGATIVE and value != 0:
+            _check_value(where, value, count=True)
+        elif key in _FLAGS and not isinstance(value, bool):
+            raise ConfigError(f"{where}: must be true or false, got {value!r}")
+        elif key in _LISTS:  # a list, or one per panel
+            lists = value.items() if isinstance(value, dict) else [("", value)]
+            for panel, items in lists:
+                at = f"{where}.{panel}" if panel else where
+                if not isinstance(items, list) or not items:
+                    raise ConfigError(f"{at}: must be a non-empty list, got {items!r}")
+                for i, item in enumerate(items):
+                    _check_value(f"{at}[{i}]", item, count=True)
+        elif key in _PANELS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: must map each panel to its values, got {value!r}")
+            for panel, item in value.items():
+                for i, number in enumerate(item if isinstance(item, list) else [item]):
+                    _check_value(f"{where}.{panel}" + (f"[{i}]" if isinstance(item, list) else ""),
+                                 number)

@@ -48,6 +48,7 @@ class Job:
     cfg: dict  # plain dict: the whole config of the sub-run
     params: dict = field(default_factory=dict)  # what varies (rate, block size, n...), for the report
     probe_blocks: bool = False  # measure block-level sharing savings (disables fast-forward)
+    overrides: dict = field(default_factory=dict)  # dotted keys set on the study's config
 
 
 class _BlockProbe:
