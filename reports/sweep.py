@@ -198,6 +198,19 @@ def aggregate(jobs: list[Job]) -> tuple[pd.DataFrame, list[str]]:
     return frame, swept
 
 
+def _with_int_counts(frame: pd.DataFrame) -> pd.DataFrame:
+    """Float columns whose values are all whole numbers (counts that became floats because
+    some rows lack them) as nullable integers: ``9``, not ``9.0``."""
+    out = frame.copy()
+    for name in out.columns:
+        column = out[name]
+        if column.dtype.kind == "f" and column.notna().any():
+            values = column.dropna()
+            if (values == values.round()).all() and values.abs().max() < 2**53:
+                out[name] = column.astype("Int64")
+    return out
+
+
 def _sort_key(values: list) -> list:
     """Numbers ascending; anything else in order of first appearance (the sweep's order)."""
     if _is_numeric(values):
@@ -342,7 +355,7 @@ def render_sweep_report(sweep_dir: Path | str) -> Path:
                                     for row in ordered.to_dict("records")],
                            text_columns=tuple(range(len(swept) + 3)), digits=3,
                            css_id="sweep-table"))
-        atomic_write_text(sweep_dir / TABLE_NAME, frame.to_csv(index=False))
+        atomic_write_text(sweep_dir / TABLE_NAME, _with_int_counts(frame).to_csv(index=False))
     out = sweep_dir / REPORT_NAME
     atomic_write_text(out, page(title, parts))
     return out

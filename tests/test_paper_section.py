@@ -86,6 +86,14 @@ def test_an_unknown_system_in_a_study_fails_before_any_job_runs(tmp_path, capsys
     assert not list(tmp_path.iterdir())
 
 
+def test_a_count_raised_to_min_requests_is_said(capsys):
+    from harness.studies.paper import _count
+
+    assert _count({"min_requests": 23, "scale": 0.5}, 14) == 23
+    assert "note: study: 7 requests raised to study.min_requests=23" in capsys.readouterr().err
+    assert _count({"min_requests": 23}, 40) == 40
+
+
 def test_compare_label_range_and_set_values():
     material = {"abs": 2.0, "rel": 0.1}
     row = compare({"published": 10.0, "how": "label"}, 13.0, material)

@@ -88,6 +88,15 @@ def test_sweep_report_aggregates_what_finished_and_lists_what_did_not(tmp_path, 
     assert "Metrics vs block_size" in text
     table = pd.read_csv(sweep / "sweep_results.csv")
     assert len(table) == 4 and set(table["system"]) == {"paged", "oracle"}
+    assert table["preemptions"].dtype.kind == "i"
+
+
+def test_counts_stay_integers_in_the_csv_when_some_rows_lack_them():
+    from reports.sweep import _with_int_counts
+
+    frame = pd.DataFrame({"preemptions": [9.0, None, 3.0], "waste_pct": [63.5, None, 1.0]})
+    text = _with_int_counts(frame).to_csv(index=False)
+    assert text.splitlines() == ["preemptions,waste_pct", "9,63.5", ",", "3,1.0"]
 
 
 def test_callback_records_a_failed_job_and_renders_the_report(tmp_path, one_run):

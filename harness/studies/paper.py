@@ -13,6 +13,8 @@ nothing here depends on the published outcomes.
 from __future__ import annotations
 
 import copy
+import functools
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -58,7 +60,16 @@ def _count(study: dict, n: float) -> int:
     scale = float(study.get("scale", 1.0))
     if not scale > 0:
         raise ConfigError(f"study.scale: must be > 0, got {scale}")
-    return max(int(study.get("min_requests", 20)), int(round(n * scale)))
+    wanted, minimum = int(round(n * scale)), int(study.get("min_requests", 20))
+    if wanted < minimum:
+        _say_raised(wanted, minimum)
+    return max(minimum, wanted)
+
+
+@functools.lru_cache(maxsize=None)
+def _say_raised(wanted: int, minimum: int) -> None:
+    """Say (once per pair) that a job runs more requests than the study's numbers give."""
+    print(f"note: study: {wanted} requests raised to study.min_requests={minimum}", file=sys.stderr)
 
 
 def _job(base: dict, key: str, system: str, workload: dict, overrides: dict, params: dict,
