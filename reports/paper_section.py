@@ -356,7 +356,7 @@ def details_table(study: dict) -> str | None:
     return table(["run"] + keys, rows, text_columns=(0,))
 
 
-def causes_list(rows: list[dict], spec: dict) -> str:
+def causes_list(rows: list[dict], spec: dict, scale: float = 1.0) -> str:
     causes = spec.get("causes") or {}
     items = []
     for r in rows:
@@ -371,6 +371,10 @@ def causes_list(rows: list[dict], spec: dict) -> str:
     parts = []
     if items:
         parts.append("<h4>Material differences and their likely causes</h4><ul>" + "".join(items) + "</ul>")
+        if scale != 1.0:  # the sentences quote figures of the full-size study
+            parts.append(f"<p class='note'>This run is scaled (study.scale={scale:g}); the causes "
+                         "were written for the full-size study, so the figures they quote may "
+                         "differ from the table above.</p>")
     else:
         parts.append("<p>No material difference from the published values.</p>")
     if general:
@@ -427,7 +431,7 @@ def study_section(study: dict, values: dict | None = None, *, heading_level: int
         if material:
             parts.append(f"<p class='meta'>A difference is material above max({material.get('abs', 0):g}, "
                          f"{100 * material.get('rel', 0):g}% of the published value).</p>")
-        parts.append(causes_list(rows, spec))
+        parts.append(causes_list(rows, spec, float(study.get("params", {}).get("scale", 1.0))))
     details = details_table(study)
     if details:
         parts.append("<h4>Measured details</h4>" + details)

@@ -127,3 +127,7 @@ def test_report_renders_a_table_and_flags_material_differences(tmp_path):
     assert rows["beam.2"]["material"] and not rows["parallel.2"]["material"]
     assert rows["beam.4"]["material"] is None  # not measured
     assert "Published vs measured" in html and "37.56" in html and "data:image/png" in html
+    assert "This run is scaled" not in html
+    study["params"]["scale"] = 0.2  # the causes quote the full-size study's figures: say so
+    (tmp_path / "study.json").write_text(json.dumps(study))
+    assert "This run is scaled (study.scale=0.2)" in render_study_report(tmp_path).read_text()
