@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.cli_args import output_file, positive_int, positive_ints
 from harness.config import (EngineSpec, FittedCostSpec, HardwareSpec, ModelSpec, SystemSpec,
                             build_spec)
 
@@ -246,27 +247,33 @@ def profile_yaml(hardware: HardwareSpec, name: str, result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from harness.errors import PagebenchError
+    from harness.errors import ConfigError, PagebenchError
 
     cuda = torch.cuda.is_available()
     parser = argparse.ArgumentParser(prog="python -m harness.calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="llama-2-13b" if cuda else "tiny", help="conf/model entry")
     parser.add_argument("--hardware", default="h200" if cuda else "cpu", help="conf/hardware base profile")
     parser.add_argument("--name", default=None, help="profile name (default <hardware>-<model>-fit)")
-    parser.add_argument("--out", default=None, help="YAML path (default conf/hardware/<name>.yaml)")
-    parser.add_argument("--json", default=None, help="also write the full result as JSON here")
-    parser.add_argument("--layers", type=int, default=None, help="num_layers_override")
+    parser.add_argument("--out", type=output_file, default=None,
+                        help="YAML path (default conf/hardware/<name>.yaml)")
+    parser.add_argument("--force", action="store_true", help="replace an existing profile")
+    parser.add_argument("--json", type=output_file, default=None,
+                        help="also write the full result as JSON here")
+    parser.add_argument("--layers", type=positive_int, default=None, help="num_layers_override")
     parser.add_argument("--dtype", default=None, help="override the model dtype")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--batch-sizes", default=None, help="comma list, e.g. 1,8,32")
-    parser.add_argument("--context-lens", default=None, help="comma list, e.g. 128,512")
-    parser.add_argument("--output-len", type=int, default=None)
-    parser.add_argument("--holdout-every", type=int, default=3, help="hold back every n-th grid point")
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    parser.add_argument("--batch-sizes", type=positive_ints, default=None, help="comma list, e.g. 1,8,32")
+    parser.add_argument("--context-lens", type=positive_ints, default=None, help="comma list, e.g. 128,512")
+    parser.add_argument("--output-len", type=positive_int, default=None)
+    parser.add_argument("--holdout-every", type=positive_int, default=3,
+                        help="hold back every n-th grid point (>= 2; default 3)")
+    parser.add_argument("--block-size", type=positive_int, default=16)
+    parser.add_argument("--max-num-batched-tokens", type=positive_int, default=8192)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cpu-threads", type=int, default=1, help="torch threads on CPU runs")
+    parser.add_argument("--cpu-threads", type=positive_int, default=1, help="torch threads on CPU runs")
     args = parser.parse_args(argv)
+    if args.holdout_every < 2:
+        parser.error("--holdout-every must be >= 2: every point held back leaves none to fit")
     try:
         model = load_spec(ModelSpec, "model", args.model, "model")
         if args.layers is not None or args.dtype is not None:
@@ -280,25 +287,28 @@ def main(argv: list[str] | None = None) -> int:
                             "engine")
         grid = dict(GPU_GRID if engine.device != "cpu" and cuda else CPU_GRID)
         if args.batch_sizes:
-            grid["batch_sizes"] = tuple(int(v) for v in args.batch_sizes.split(","))
+            grid["batch_sizes"] = args.batch_sizes
         if args.context_lens:
-            grid["context_lens"] = tuple(int(v) for v in args.context_lens.split(","))
+            grid["context_lens"] = args.context_lens
         if args.output_len:
             grid["output_len"] = args.output_len
-        name = args.name or (Path(args.out).stem if args.out else f"{hardware.name}-{model.name}-fit")
+        name = args.name or (args.out.stem if args.out else f"{hardware.name}-{model.name}-fit")
+        out = args.out or CONF_DIR / "hardware" / f"{name}.yaml"
+        if out.exists() and not args.force:  # checked before measuring
+            raise ConfigError(f"{out} exists (a shipped or earlier profile): pass --force to "
+                              "replace it, or --name / --out for a new one")
         result = calibrate(model, hardware, engine, holdout_every=args.holdout_every,
                            block_size=args.block_size, seed=args.seed,
                            log=lambda m: print(m, file=sys.stderr), **grid)
     except PagebenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else CONF_DIR / "hardware" / f"{name}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(profile_yaml(hardware, name, result), encoding="utf-8")
     result["profile"] = str(out)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
     err = result["held_back_error"]
     print(("CPU timings (no GPU): " if result["cpu_timings"] else "")
           + f"fit on {result['train_steps']} steps; held-back {err.get('count', 0)} steps: "

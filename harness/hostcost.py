@@ -32,6 +32,7 @@ import torch
 
 from allocators.paged import PagedKVCacheManager
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
+from harness.cli_args import output_file, positive_int, positive_ints
 
 DEFAULT_BATCHES = (1, 8, 32, 128, 256, 512)
 
@@ -134,27 +135,37 @@ def markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.hostcost", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCHES)))
-    parser.add_argument("--context-len", type=int, default=2048)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--model", default="llama-2-13b")
-    parser.add_argument("--hardware", default="h200")
-    parser.add_argument("--cpu-threads", type=int, default=1, help="torch threads without a GPU")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    parser.add_argument("--batch-sizes", type=positive_ints, default=DEFAULT_BATCHES,
+                        help=f"comma list (default {','.join(map(str, DEFAULT_BATCHES))})")
+    parser.add_argument("--context-len", type=positive_int, default=2048,
+                        help="tokens each sequence holds (default 2048)")
+    parser.add_argument("--block-size", type=positive_int, default=16, help="default 16")
+    parser.add_argument("--steps", type=positive_int, default=32, help="decode steps timed (default 32)")
+    parser.add_argument("--model", default="llama-2-13b",
+                        help="conf/model entry for the device step estimate (default llama-2-13b)")
+    parser.add_argument("--hardware", default="h200",
+                        help="conf/hardware entry for the device step estimate (default h200)")
+    parser.add_argument("--cpu-threads", type=positive_int, default=1,
+                        help="torch threads without a GPU (default 1)")
+    parser.add_argument("--json", type=output_file, default=None, help="also write the result here")
     args = parser.parse_args(argv)
     from harness.engine.torch_executor import resolve_device
+    from harness.errors import PagebenchError
 
-    device = resolve_device(args.device)
-    if device.type == "cpu":
-        torch.set_num_threads(args.cpu_threads)  # host-side costs: parallel tiny ops only add waits
-    result = run([int(b) for b in args.batch_sizes.split(",")], args.context_len, args.block_size,
-                 args.steps, device, args.model, args.hardware)
+    try:
+        device = resolve_device(args.device)
+        if device.type == "cpu":
+            torch.set_num_threads(args.cpu_threads)  # host-side costs: parallel tiny ops only add waits
+        result = run(args.batch_sizes, args.context_len, args.block_size, args.steps, device,
+                     args.model, args.hardware)
+    except PagebenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(markdown(result))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
     return 0
 
 

@@ -176,6 +176,8 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
             pass
     telemetry_rows = _merge_outcomes(systems, outcomes, results, run_info)
     _report_rejections(results, len(workload.requests), capacity)
+    if engine.executor == "torch":
+        _report_outputs(results)
     run_info["wall_time_s"] = round(time.perf_counter() - total_start, 3)
     if telemetry_rows:
         write_table(out_dir / "nvml_samples.csv", pd.DataFrame(telemetry_rows))
@@ -216,6 +218,25 @@ def _report_rejections(results: dict, num_requests: int, capacity: int) -> None:
     if served_nothing and results.get("stop_reason") != "interrupted":
         results["complete"] = False
         results["stop_reason"] = f"{SERVED_NOTHING} {', '.join(served_nothing)}"
+
+
+def _report_outputs(results: dict) -> None:
+    """Real forward passes: say whether every system generated the same tokens (their
+    ``output_digest``s agree), on the console and in results.json (``outputs_identical``)."""
+    digests = {name: s.get("output_digest") for name, s in results["systems"].items()}
+    if len(digests) < 2:
+        return
+    rejected = any(s["requests"]["rejected"] for s in results["systems"].values())
+    same = len(set(digests.values())) == 1
+    results["outputs_identical"] = same
+    if same:
+        print(f"outputs: every system generated the same tokens (output_digest "
+              f"{next(iter(digests.values()))[:16]})", file=sys.stderr)
+    else:
+        listed = ", ".join(f"{name} {digest[:16]}" for name, digest in digests.items())
+        why = (" (some systems rejected requests: they served different ones)" if rejected
+               else "")
+        print(f"warning: the systems generated different tokens: {listed}{why}", file=sys.stderr)
 
 
 def _run_serial(systems: list[SystemSpec], context: RunContext, show_progress: bool,

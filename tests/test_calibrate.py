@@ -100,3 +100,23 @@ def test_calibrate_cli_writes_a_usable_profile(tmp_path, capsys):
     # the simulator now predicts with the fitted coefficients
     cost = RooflineCostModel(TINY, profile, CostSpec())
     assert cost.fit is profile.fitted
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-sizes", "a,b"], "argument --batch-sizes: not an integer: 'a'"),
+    (["--context-lens", "0"], "argument --context-lens: must be >= 1, got 0"),
+    (["--holdout-every", "1"], "--holdout-every must be >= 2"),
+    (["--out", "/dev/null/x.yaml"], "argument --out: cannot write /dev/null/x.yaml"),
+])
+def test_bad_arguments_fail_before_anything_is_measured(args, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--model", "tiny", "--hardware", "cpu", "--device", "cpu", *args])
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_an_existing_profile_is_not_replaced_without_force(tmp_path, capsys):
+    out = tmp_path / "cpu.yaml"
+    out.write_text("kept\n")
+    assert main(["--model", "tiny", "--hardware", "cpu", "--device", "cpu", "--out", str(out)]) == 2
+    assert "exists (a shipped or earlier profile): pass --force" in capsys.readouterr().err
+    assert out.read_text() == "kept\n"

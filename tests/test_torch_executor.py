@@ -155,6 +155,8 @@ def test_cli_runs_the_torch_engine_end_to_end(tmp_path):
     systems = results["systems"]
     digests = {s["output_digest"] for s in systems.values()}
     assert len(digests) == 1 and "" not in digests  # every system generated the same tokens
+    assert results["outputs_identical"] is True
+    assert "outputs: every system generated the same tokens" in proc.stderr
     for summary in systems.values():
         executor = summary["executor"]
         assert executor["steps"] > 0 and executor["generated_tokens"] > 0
@@ -193,3 +195,48 @@ def test_host_cost_benchmark_reports_both_table_strategies():
         assert resident["bytes_per_step"] < full["bytes_per_step"]
         assert full["est_device_step_ms"] > 0 and full["kv_fits_device"]
     assert "NO GPU" in markdown(result)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-sizes", "0"], "argument --batch-sizes: must be >= 1, got 0"),
+    (["--block-size", "0"], "argument --block-size: must be >= 1, got 0"),
+    (["--json", "/dev/null/x.json"], "argument --json: cannot write /dev/null/x.json"),
+])
+def test_hostcost_bad_arguments_say_which(args, message, capsys):
+    from harness.hostcost import main
+
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_hostcost_unknown_model_is_an_error_not_a_traceback(capsys):
+    from harness.hostcost import main
+
+    assert main(["--model", "nosuch", "--batch-sizes", "1", "--steps", "1"]) == 2
+    assert "error: --model: no " in capsys.readouterr().err
+
+
+def test_explicit_kv_slots_on_cpu_still_check_that_the_weights_fit_the_host(monkeypatch):
+    """Setting engine.kv_capacity_slots must not skip the host-memory check: building a
+    70B model's weights on a small host ends in the OOM killer, not a message."""
+    import harness.engine.torch_executor as T
+
+    monkeypatch.setattr(T, "_host_available_bytes", lambda: TINY.weight_bytes // 2)
+    spec = EngineSpec(executor="torch", device="cpu", kv_capacity_slots=64)
+    with pytest.raises(ConfigError, match="need more than this host's"):
+        T.torch_kv_capacity_slots(TINY, CPU, spec, max_model_len=256)
+    monkeypatch.setattr(T, "_host_available_bytes", lambda: 1 << 40)
+    assert T.torch_kv_capacity_slots(TINY, CPU, spec, max_model_len=256) == 64
+
+
+def test_systems_that_generated_different_tokens_are_named(capsys):
+    from harness.run import _report_outputs
+
+    results = {"systems": {"paged": {"output_digest": "a" * 64, "requests": {"rejected": 0}},
+                           "pow2": {"output_digest": "b" * 64, "requests": {"rejected": 6}}}}
+    _report_outputs(results)
+    assert results["outputs_identical"] is False
+    err = capsys.readouterr().err
+    assert f"warning: the systems generated different tokens: paged {'a' * 16}, pow2 {'b' * 16}" in err
+    assert "some systems rejected requests" in err

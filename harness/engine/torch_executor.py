@@ -37,6 +37,8 @@ device busy time (CUDA events) and host preparation time are kept beside it.
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ from harness.config import EngineSpec, ModelSpec, SystemSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
 from harness.engine.model import LlamaModel, dense_causal_attention, exact_decode_attention
 from harness.engine.plan import StepPlan
+from harness.errors import ConfigError
 from kernels.cache_write import copy_blocks, swap_blocks, write_kv_cache
 from kernels.contiguous_decode import contiguous_decode_attention
 from kernels import _runtime as rt
@@ -57,14 +60,27 @@ from kernels.paged_decode import paged_decode_attention
 _MODEL_CACHE: dict[tuple, LlamaModel] = {}
 
 
+def _set_cpu_threads(threads: int) -> None:
+    """torch's thread count for CPU runs; more threads than cores only adds waits: say so once."""
+    cores = os.cpu_count() or 1
+    if threads > cores:
+        _warn_once(f"warning: engine.cpu_threads={threads} is more than this host's {cores} cores: "
+                   "the threads wait for each other and the run is slower (use at most "
+                   f"{cores})")
+    torch.set_num_threads(threads)
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        from harness.errors import ConfigError
-
         raise ConfigError(f"engine.device={name} but no CUDA device is available: use "
                           "engine.device=cpu (or auto)")
     return device
@@ -140,11 +156,14 @@ class TorchExecutor:
                  max_model_len: int, seed: int = 0, model: LlamaModel | None = None) -> None:
         self.device = resolve_device(engine.device)
         if self.device.type == "cpu" and engine.cpu_threads is not None:
-            torch.set_num_threads(engine.cpu_threads)  # NOTE: process-wide
+            _set_cpu_threads(engine.cpu_threads)  # NOTE: process-wide
         self.batch_invariant = resolve_batch_invariant(engine, self.device)
         backend = engine.kernel_backend
         self.backend = "torch" if backend == "auto" and self.device.type == "cpu" else backend
-        self.resolved_backend = rt.resolve_backend(self.backend, self.device)  # "triton" | "torch"
+        try:
+            self.resolved_backend = rt.resolve_backend(self.backend, self.device)  # "triton" | "torch"
+        except ValueError as exc:  # triton asked for on CPU without the interpreter
+            raise ConfigError(f"engine.kernel_backend={backend}: {exc}") from None
         self.model = model or get_model(model_spec, self.device, seed, self.batch_invariant)
         self.spec, self.system, self.manager, self.engine = model_spec, system, manager, engine
         self.seed = seed
@@ -572,13 +591,22 @@ def torch_kv_capacity_slots(model_spec: ModelSpec, hardware, engine: EngineSpec,
     On CPU: the hardware profile's formula, capped by the host's available memory.
     """
     from harness.config import GIB, kv_capacity_slots
-    from harness.errors import ConfigError
 
-    if engine.kv_capacity_slots is not None:
-        return engine.kv_capacity_slots
     device = resolve_device(engine.device)
+    if engine.kv_capacity_slots is not None:
+        if device.type != "cuda":  # the weights are built in host memory: check them first
+            available = _host_available_bytes()
+            need = model_spec.weight_bytes + engine.kv_capacity_slots * model_spec.bytes_per_slot
+            if available is not None and need > available:
+                raise ConfigError(
+                    f"model={model_spec.name}'s weights ({model_spec.weight_bytes / GIB:.1f} GiB) and "
+                    f"engine.kv_capacity_slots={engine.kv_capacity_slots} "
+                    f"({engine.kv_capacity_slots * model_spec.bytes_per_slot / GIB:.1f} GiB) need "
+                    f"more than this host's {available / GIB:.1f} GiB of available memory: use a "
+                    "smaller model (e.g. model=tiny) or fewer slots")
+        return engine.kv_capacity_slots
     if device.type == "cpu" and engine.cpu_threads is not None:
-        torch.set_num_threads(engine.cpu_threads)
+        _set_cpu_threads(engine.cpu_threads)
     bytes_per_slot = model_spec.bytes_per_slot
     if device.type != "cuda":
         slots = kv_capacity_slots(model_spec, hardware, engine)
