@@ -221,6 +221,14 @@ def _point_engine(engine: EngineSpec, batch: int, context: int, output_len: int,
                    executor="torch")
 
 
+def _extrapolation_note(result: dict) -> str:
+    """What the fit covers: runs with longer contexts or larger batches extrapolate."""
+    grid = result["grid"]
+    return (f"fitted on contexts up to {max(grid['context_lens'])} tokens and batches up to "
+            f"{max(grid['batch_sizes'])}; predictions beyond them extrapolate (widen "
+            "--context-lens / --batch-sizes to cover the runs you simulate)")
+
+
 def profile_yaml(hardware: HardwareSpec, name: str, result: dict) -> str:
     """The calibrated hardware profile: the base profile, renamed, plus ``fitted``."""
     import yaml
@@ -239,6 +247,7 @@ def profile_yaml(hardware: HardwareSpec, name: str, result: dict) -> str:
     ]
     if result["cpu_timings"]:
         header.append("# NOTE: CPU timings (no GPU): valid for this host only, not a GPU profile.")
+    header.append(f"# NOTE: {_extrapolation_note(result)}")
     header.append("# The fitted step time applies to that model; other models use the roofline with "
                   "the derived efficiencies.")
     return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False)
@@ -315,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
           f"median |error| {err.get('median_abs_pct')}%, p90 {err.get('p90_abs_pct')}% "
           f"(decode {result['held_back_decode_error'].get('median_abs_pct')}%, prefill "
           f"{result['held_back_prefill_error'].get('median_abs_pct')}%)")
+    print(f"note: {_extrapolation_note(result)}")
     print(f"wrote {out}: use hardware={out.stem}" + ("" if out.parent == CONF_DIR / "hardware"
                                                      else f" (after copying it to {CONF_DIR / 'hardware'})"))
     return 0

@@ -161,10 +161,12 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     total_start = time.perf_counter()
     outcomes: dict[str, SystemOutcome] = {}
 
+    steps_kind = "simulated" if engine.executor == "sim" else "engine"
+
     def record(outcome: SystemOutcome) -> None:
         outcomes[outcome.system.name] = outcome
         print(f"  {outcome.system.name}: {outcome.num_steps} steps in {outcome.wall_time_s:.2f} s "
-              f"wall ({outcome.run_info()['steps_per_s']} simulated steps/s)", file=sys.stderr)
+              f"wall ({outcome.run_info()['steps_per_s']} {steps_kind} steps/s)", file=sys.stderr)
 
     with deferred_interrupt() as interrupt:
         try:
@@ -340,9 +342,11 @@ def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareS
         bar = tqdm(total=len(workload.requests), desc=f"{system.name:>8}", unit="req",
                    file=sys.stderr, leave=True, mininterval=0.5)
 
+        clock = "sim" if engine.executor == "sim" else "engine"  # simulated or measured time
+
         def on_progress(done: int, sim_time: float) -> None:
             bar.n = done
-            bar.set_postfix_str(f"sim t={sim_time:.0f}s", refresh=False)
+            bar.set_postfix_str(f"{clock} t={sim_time:.0f}s", refresh=False)
             bar.refresh()
 
     try:

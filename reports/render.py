@@ -386,7 +386,7 @@ def _workload_section(run: RunData) -> list[str]:
     info_rows = [[k, v] for k, v in info.items() if not isinstance(v, (dict, list))]
     for name, sys_info in (info.get("systems") or {}).items():
         info_rows.append([f"{name}: wall time (s)", sys_info.get("wall_time_s")])
-        info_rows.append([f"{name}: simulated steps/s", sys_info.get("steps_per_s")])
+        info_rows.append([f"{name}: engine steps per wall second", sys_info.get("steps_per_s")])
     if info_rows:
         parts.append(table(["run", "value"], info_rows, text_columns=(0, 1), css_id="run-table"))
     return parts

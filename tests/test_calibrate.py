@@ -91,6 +91,7 @@ def test_calibrate_cli_writes_a_usable_profile(tmp_path, capsys):
     assert "CPU timings" in printed and "held-back" in printed
     text = out.read_text()
     assert "NOTE: CPU timings" in text
+    assert "NOTE: fitted on contexts up to 40 tokens and batches up to 3" in text  # the rest extrapolates
     profile = build_spec(HardwareSpec, yaml.safe_load(text), "hardware")
     assert profile.name == "cpu-fit" and profile.fitted.applies_to(TINY)
     result = json.loads(report.read_text())
