@@ -500,6 +500,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def update_baseline(current: dict[str, dict], path: Path, rules: tuple[Rule, ...],
+                    failures_only: bool) -> None:
+    """Write the baseline from ``current`` (complete results). Against an existing one:
+    print what changes, say how many failing checks it accepts, and keep its jobs that
+    ``current`` does not cover."""
+    new = make_baseline(current, rules)
+    try:
+        old = load_baseline(path) if path.exists() else None
+    except InputError:
+        old = None  # an unreadable old baseline is being replaced
+    if old is not None:
+        rows = [r for r in compare(current, old, rules) if r.metric != "(job)"]
+        for line in table_lines(_shown(rows, failures_only)):
+            print(line)
+        accepted = sum(r.verdict in FAILING for r in rows)
+        if accepted:
+            print(f"gate: the new baseline accepts {accepted} failing checks (above)")
+        kept = sorted(set(old.get("jobs", {})) - set(new["jobs"]))
+        if kept:
+            new["jobs"] = dict(sorted({**new["jobs"], **{k: old["jobs"][k] for k in kept}}.items()))
+            print(f"gate: kept {len(kept)} baseline jobs these results do not cover: "
+                  f"{', '.join(kept)} (delete the file to start afresh)")
+    write_json(path, new)
+    print(f"gate: wrote baseline {path} ({len(new['jobs'])} jobs, "
+          f"{sum(len(j['metrics']) for j in new['jobs'].values())} metrics)")
+
+
 def _shown(rows: list[Row], failures_only: bool) -> list[Row]:
     """The rows to print: all, or (``--failures-only``) those neither passing nor info."""
     return [r for r in rows if not failures_only or r.verdict not in ("pass", "info")]
@@ -523,29 +550,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: refusing to write a baseline from incomplete results: "
                       f"{', '.join(incomplete)}", file=sys.stderr)
                 return 2
-            new = make_baseline(current, rules)
-            old = None
-            if baseline_path.exists():
-                try:
-                    old = load_baseline(baseline_path)
-                except InputError:
-                    pass  # an unreadable old baseline is being replaced
-            if old is not None:
-                rows = [r for r in compare(current, old, rules) if r.metric != "(job)"]
-                for line in table_lines(_shown(rows, args.failures_only)):
-                    print(line)
-                accepted = sum(r.verdict in FAILING for r in rows)
-                if accepted:
-                    print(f"gate: the new baseline accepts {accepted} failing checks (above)")
-                kept = sorted(set(old.get("jobs", {})) - set(new["jobs"]))
-                if kept:  # jobs these results do not cover stay as they were
-                    new["jobs"] = {**new["jobs"], **{k: old["jobs"][k] for k in kept}}
-                    new["jobs"] = dict(sorted(new["jobs"].items()))
-                    print(f"gate: kept {len(kept)} baseline jobs these results do not cover: "
-                          f"{', '.join(kept)} (delete the file to start afresh)")
-            write_json(baseline_path, new)
-            print(f"gate: wrote baseline {baseline_path} ({len(new['jobs'])} jobs, "
-                  f"{sum(len(j['metrics']) for j in new['jobs'].values())} metrics)")
+            update_baseline(current, baseline_path, rules, args.failures_only)
             return 0
         rows = compare(current, load_baseline(baseline_path), rules)
     except PagebenchError as exc:

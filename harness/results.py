@@ -114,19 +114,19 @@ def _input_files(node: Any) -> list[str]:
     return []
 
 
-def _file_sha256(path: str) -> str:
-    stat = os.stat(path)
-    return _sha256_of(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=64)
-def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
-    """sha256 of a file's bytes, read once per (path, size, mtime) in a process."""
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _input_sha256(path: str, size: int, mtime_ns: int) -> str:
+    """``file_sha256``, read once per file version (path, size, mtime) in a process."""
+    return file_sha256(path)
 
 
 def config_hash(cfg: Any) -> str:
@@ -144,7 +144,10 @@ def config_hash(cfg: Any) -> str:
     except ImportError:  # pragma: no cover - hydra-core is a dependency
         pass
     plain = {k: v for k, v in dict(cfg).items() if k not in DISPLAY_ONLY_KEYS}
-    inputs = {path: _file_sha256(path) for path in _input_files(plain)}
+    inputs = {}
+    for path in _input_files(plain):
+        stat = os.stat(path)
+        inputs[path] = _input_sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
     if inputs:
         plain["__input_sha256__"] = inputs
     text = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=str)

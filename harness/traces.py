@@ -28,7 +28,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.results import FILE_MODE
+from harness.results import FILE_MODE, file_sha256
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,6 @@ def default_cache() -> Path:
     return (Path(root) if root else Path.home() / ".cache" / "pagebench") / "traces"
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def fetch(name: str, dest: Path | None = None, url: str | None = None, sha256: str | None = None,
@@ -103,7 +97,7 @@ def fetch(name: str, dest: Path | None = None, url: str | None = None, sha256: s
     except OSError as err:
         raise FetchError(f"cannot create the folder {dest}: {err}") from None
     target = dest / known.filename
-    if target.is_file() and expected is not None and sha256_of(target) == expected:
+    if target.is_file() and expected is not None and file_sha256(target) == expected:
         return target
     source = url or known.url
     digest = hashlib.sha256()

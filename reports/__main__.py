@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="for a multirun directory, skip re-rendering each job's report.html")
     args = parser.parse_args(argv)
     from reports.render import render_run_report
-    from reports.sweep import FAILED_MARKER, collect_jobs, render_sweep_report
+    from reports.sweep import collect_jobs, failure_reason, render_sweep_report
 
     status = 0
     for path in args.dirs:
@@ -45,9 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(render_run_report(path))
                 continue
             if (path / ".hydra" / "overrides.yaml").exists():  # a run that wrote no results
-                marker = path / FAILED_MARKER
-                reason = (marker.read_text(encoding="utf-8").strip().splitlines() or ["failed"])[-1] \
-                    if marker.exists() else "it failed, or is still running"
+                reason = failure_reason(path) or "it failed, or is still running"
                 print(f"error: {path}: a run directory without results ({reason})", file=sys.stderr)
                 status = 2
                 continue

@@ -110,6 +110,14 @@ def _job_dirs(sweep_dir: Path, depth: int = 3) -> list[Path]:
     return found
 
 
+def failure_reason(job_dir: Path) -> str | None:
+    """The last line of a failed job's ``job_failed.txt`` (its error), or None without one."""
+    marker = job_dir / FAILED_MARKER
+    if not marker.exists():
+        return None
+    return (marker.read_text(encoding="utf-8").strip().splitlines() or ["failed"])[-1]
+
+
 def collect_jobs(sweep_dir: Path) -> list[Job]:
     """Every job directory of the sweep, plus expected jobs that never got one."""
     jobs = []
@@ -139,9 +147,7 @@ def collect_jobs(sweep_dir: Path) -> list[Job]:
         elif job.kernel_results is not None and not job.reason:
             job.status = FINISHED
         if job.status == FAILED and not job.reason:
-            marker = path / FAILED_MARKER
-            job.reason = (marker.read_text(encoding="utf-8").strip().splitlines() or ["failed"])[-1] \
-                if marker.exists() else "no results.json (the job failed, or is still running)"
+            job.reason = failure_reason(path) or "no results.json (the job failed, or is still running)"
         jobs.append(job)
     expected = expected_jobs(sweep_dir)
     if expected is not None:
