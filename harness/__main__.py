@@ -2,8 +2,9 @@
 
 Exit status: 0 done (or skipped: complete results for the same resolved config are
 already in the run directory; set PAGEBENCH_RERUN=1 to run anyway; any other earlier
-outputs there are moved to ``previous/<n>/`` first, never overwritten), 1 Hydra refused
-the command line (a key not in the config; a sweep with a failed job), 2 a config or
+outputs there are moved to ``previous/<n>/`` first, never overwritten), 1 the command
+line was refused (a key the config does not have, named with the closest valid one by
+``harness.override_check``; other errors Hydra reports; a sweep with a failed job), 2 a config or
 input error (the message says what to fix), 130 interrupted (what had run is
 written, marked incomplete).
 """
@@ -102,5 +103,29 @@ def _overridden_keys(node: str) -> list[str]:
     return keys
 
 
+def _refuse_unknown_overrides() -> None:
+    """Exit 1 with ``override_check``'s message when the command line overrides a key that
+    the config cannot have (Hydra's own message suggests adding it with ``+``)."""
+    from hydra._internal.utils import get_args_parser
+
+    from harness.override_check import unknown_override
+
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        args, extra = parser.parse_known_args()
+    except (Exception, SystemExit):  # noqa: BLE001 - Hydra reports a bad command line itself
+        return
+    overrides = [*args.overrides, *(arg for arg in extra if not arg.startswith("-"))]
+    if args.config_dir or args.config_path or args.config_name or any(
+            override.startswith("hydra.searchpath") for override in overrides):
+        return  # other config files: only Hydra knows what they hold
+    message = unknown_override(overrides)
+    if message:
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
+    _refuse_unknown_overrides()
     main()

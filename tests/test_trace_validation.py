@@ -252,3 +252,15 @@ def test_random_jsonl_records_raise_only_input_errors(tmp_path, lines):
         pass
     except ConfigError as err:  # every conversation was empty text: filtered, then none left
         assert "produced no requests" in str(err)
+
+
+@pytest.mark.parametrize("bad", [False, True])
+def test_utc_offsets_are_read_as_utc_without_a_warning(tmp_path, bad, recwarn):
+    """18:00:01+01:00 is 17:00:01 UTC: one second after the first row (also on the row-by-row
+    path that a malformed row sends the column through)."""
+    rows = ["2023-11-16 17:00:00Z,10,5", "2023-11-16 18:00:01+01:00,10,5"]
+    if bad:
+        rows.append("2023-11-16 17:00:02Z,x,5")
+    workload = load("azure_conv", azure_file(tmp_path, *rows), on_error="skip")
+    assert [r.arrival_time for r in workload.requests] == [0.0, 1.0]
+    assert not [w for w in recwarn if "timezone" in str(w.message)]

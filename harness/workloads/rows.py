@@ -10,6 +10,7 @@ length, a timestamp that goes backwards. ``resolve`` then either raises an
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -77,13 +78,21 @@ def parse_float(value: Any) -> float:
     return number
 
 
+# NOTE: numpy reads a UTC offset ("...+01:00", "...Z") by converting to UTC, which is what a
+# trace's arrival times need, and warns that it is deprecated: the warning is not the
+# user's business.
+_TIMEZONE_WARNING = "no explicit representation of timezones"
+
+
 def parse_datetime(value: Any) -> np.datetime64:
     if _is_missing(value):
         raise _Bad("missing")
     if isinstance(value, (bool, int, float, np.number)) or isinstance(value, (list, dict)):
         raise _Bad("not a date-time", repr(value))
     try:
-        stamp = np.datetime64(value, "ns")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", _TIMEZONE_WARNING, UserWarning)
+            stamp = np.datetime64(value, "ns")
     except (ValueError, TypeError, OverflowError):
         raise _Bad("not a date-time", repr(value)) from None
     if np.isnat(stamp):
@@ -150,7 +159,9 @@ class RowParser:
         stamps = None
         if all(type(v) is str for v in values):
             try:
-                stamps = np.array(values).astype("datetime64[ns]")
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", _TIMEZONE_WARNING, UserWarning)
+                    stamps = np.array(values).astype("datetime64[ns]")
                 if np.isnat(stamps).any():
                     stamps = None
             except (ValueError, TypeError, OverflowError):
