@@ -60,6 +60,8 @@ def raises_at(name, path, line, field, fragment, **overrides) -> str:
     ("2023-11-16 18:15:52.0,10", "GeneratedTokens", "missing"),
     ("2023-11-16 18:15:52.0,,5", "ContextTokens", "missing"),
     ("yesterday,10,5", "TIMESTAMP", "not a date-time"),
+    ("0,10,5", "TIMESTAMP", "date-time out of range"),  # numpy alone reads year 0 as 1753
+    ("2300-01-01 00:00:00,10,5", "TIMESTAMP", "date-time out of range"),
     ("2023-11-16 18:15:40.0,10,5", "TIMESTAMP", "timestamp goes backwards"),
     ("2023-11-16 18:15:52.0,10,5,9", None, "invalid record: 4 fields, but the header names 3"),
 ])
@@ -264,3 +266,11 @@ def test_utc_offsets_are_read_as_utc_without_a_warning(tmp_path, bad, recwarn):
     workload = load("azure_conv", azure_file(tmp_path, *rows), on_error="skip")
     assert [r.arrival_time for r in workload.requests] == [0.0, 1.0]
     assert not [w for w in recwarn if "timezone" in str(w.message)]
+
+
+def test_timestamps_centuries_apart_are_exact_not_overflowed(tmp_path):
+    """More than 292 years apart, the nanosecond differences overflow int64: still exact."""
+    path = azure_file(tmp_path, "1700-01-01 00:00:00,10,5", "2200-01-01 00:00:00.5,10,5")
+    workload = load("azure_conv", path)
+    days = (2200 - 1700) * 365 + 121  # leap days in 1700..2199 (not 1700, 1800, 1900, 2100)
+    assert [r.arrival_time for r in workload.requests] == [0.0, days * 86400 + 0.5]

@@ -84,20 +84,38 @@ def parse_float(value: Any) -> float:
 _TIMEZONE_WARNING = "no explicit representation of timezones"
 
 
+# NOTE: numpy wraps a date-time outside datetime64[ns]'s range around without a word (year
+# 0 reads as 1753): dates are read in microseconds (a range of 290,000 years) first.
+_NS_RANGE = (np.datetime64("1678-01-01", "us"), np.datetime64("2262-04-11", "us"))
+_OUT_OF_RANGE = "date-time out of range (years 1678 to 2262)"
+
+
+def _as_datetimes(values: Any, unit: str) -> Any:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _TIMEZONE_WARNING, UserWarning)
+        if isinstance(values, np.ndarray):
+            return values.astype(f"datetime64[{unit}]")
+        return np.datetime64(values, unit)
+
+
+def _in_ns_range(wide: Any) -> Any:
+    return (wide >= _NS_RANGE[0]) & (wide < _NS_RANGE[1])
+
+
 def parse_datetime(value: Any) -> np.datetime64:
     if _is_missing(value):
         raise _Bad("missing")
     if isinstance(value, (bool, int, float, np.number)) or isinstance(value, (list, dict)):
         raise _Bad("not a date-time", repr(value))
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", _TIMEZONE_WARNING, UserWarning)
-            stamp = np.datetime64(value, "ns")
+        wide = _as_datetimes(value, "us")
+        if np.isnat(wide):
+            raise _Bad("missing", repr(value))
+        if not _in_ns_range(wide):
+            raise _Bad(_OUT_OF_RANGE, repr(value))
+        return _as_datetimes(value, "ns")
     except (ValueError, TypeError, OverflowError):
         raise _Bad("not a date-time", repr(value)) from None
-    if np.isnat(stamp):
-        raise _Bad("missing", repr(value))
-    return stamp
 
 
 class RowParser:
@@ -159,20 +177,22 @@ class RowParser:
         stamps = None
         if all(type(v) is str for v in values):
             try:
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", _TIMEZONE_WARNING, UserWarning)
-                    stamps = np.array(values).astype("datetime64[ns]")
-                if np.isnat(stamps).any():
-                    stamps = None
+                text = np.array(values)
+                if _in_ns_range(_as_datetimes(text, "us")).all():  # (False for NaT)
+                    stamps = _as_datetimes(text, "ns")
             except (ValueError, TypeError, OverflowError):
                 stamps = None
         if stamps is None:
-            stamps = self._convert(column, parse_datetime, "datetime64[ns]", np.datetime64("NaT"))
+            stamps = self._convert(column, parse_datetime, "datetime64[ns]", np.datetime64("NaT", "ns"))
         good = ~np.isnat(stamps)
         if not good.any():
             return np.full(self.num_rows, np.nan)
-        origin = stamps[good][0]
-        seconds = (stamps - origin).astype("timedelta64[ns]").astype(np.int64) / 1e9
+        ns = stamps.view(np.int64)  # [num_rows]; NaT rows are not read
+        origin = int(ns[good][0])
+        if int(ns[good].max()) - origin < 2**63 and int(ns[good].min()) - origin >= -2**63:
+            seconds = (ns - origin) / 1e9
+        else:  # more than 292 years apart: int64 nanoseconds overflow (exact in Python ints)
+            seconds = np.array([(int(v) - origin) / 1e9 for v in ns])
         return np.where(good, seconds, np.nan)
 
     def check_monotonic(self, column: str, seconds: np.ndarray) -> None:
