@@ -53,12 +53,6 @@ class RunRecorder:
         for append, value in zip(self._appends, row):
             append(value)
 
-    def replace_last_memory(self, memory: MemoryBreakdown) -> None:
-        """Overwrite the last step's memory columns with ``memory`` (a fast-forwarded step
-        whose memory is read after the frees that end it, as the step loop reads it)."""
-        for name, value in zip(MEMORY_STEP_COLUMNS, _memory_row(memory)):
-            self.steps[name][-1] = value
-
     def record_steps(self, **columns) -> None:
         """Append several steps at once: one equal-length array per column except ``step``."""
         cols = self.steps
@@ -99,8 +93,22 @@ def percentiles(values: np.ndarray) -> dict[str, float | None]:
     }
 
 
+MEMORY_SUMMARY_KEYS = (
+    "token_states_pct", "reserved_pct", "internal_fragmentation_pct", "internal_over_reservation_pct",
+    "internal_rounding_pct", "external_fragmentation_pct", "idle_pct", "block_level_usage_pct",
+    "token_level_usage_pct", "mean_logical_tokens", "sharing_savings_pct",
+    "mean_largest_free_extent_slots", "peak_token_states_slots")
+
+
 def memory_summary(steps: pd.DataFrame, capacity_slots: int) -> dict:
-    """Step-duration-weighted memory breakdown in percent (sums to 100) and in slots."""
+    """Step-duration-weighted memory breakdown in percent (sums to 100) and in slots.
+
+    A system that ran no step (it rejected every request) measured nothing: every figure
+    is None, not 0 (which would read as a pool that is all waste, or all idle).
+    """
+    if not len(steps):
+        return {"capacity_slots": capacity_slots, **dict.fromkeys(MEMORY_SUMMARY_KEYS),
+                "mean_slots": None}
     weights = steps["duration_s"].to_numpy(dtype=float)
     total = weights.sum()
     if total <= 0:

@@ -76,14 +76,17 @@ def worked_example_paged_utilization(run: RunData, length: int, block_size: int)
 
 
 def _systems_of(run: RunData, kind: str, policy: str | None = None) -> dict[str, dict]:
+    """The run's systems of this kind (and policy) that ran: one that rejected every
+    request measured nothing."""
     out = {}
     for name, s in run.systems.items():
         alloc = s.get("allocator", {})
-        if alloc.get("kind") == kind and (policy is None or alloc.get("policy") == policy):
+        if alloc.get("kind") == kind and (policy is None or alloc.get("policy") == policy) \
+                and s.get("steps", 1):
             out[name] = s
     if not out:
         what = f"contiguous {policy}" if policy else kind
-        raise NotMeasured(f"no {what} system in this run")
+        raise NotMeasured(f"no {what} system served a request in this run")
     return out
 
 
@@ -160,8 +163,11 @@ def sharing_savings_pct(run: RunData) -> list[Measured]:
     out = []
     for name, s in _systems_of(run, "paged").items():
         prefix = bool(s["allocator"].get("prefix_caching"))
-        hit_rate = (s.get("prefix_cache") or {}).get("hit_rate") or 0.0
-        if not forks and not (prefix and hit_rate > 0):
+        cache = s.get("prefix_cache") or {}
+        hit_rate = cache.get("hit_rate") or 0.0
+        # NOTE: a request re-admitted after a preemption hits its own freed blocks: no sharing
+        shared_hits = (cache.get("hit_tokens") or 0) - (cache.get("readmission_hit_tokens") or 0)
+        if not forks and not (prefix and shared_hits > 0):
             continue  # nothing was shared: the claim does not apply to this system
         out.append(Measured(name, s["memory"]["sharing_savings_pct"],
                             "1 - physical token slots / logical token slots (a shared slot counted "

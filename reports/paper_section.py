@@ -416,7 +416,9 @@ def study_section(study: dict, values: dict | None = None, *, heading_level: int
     drawer = FIGURES.get(name)
     if drawer is not None:
         try:
-            parts.append(figure(F.to_data_uri(drawer(study, spec)), f"{name} figure"))
+            parts.append(figure(F.to_data_uri(drawer(study, spec)), f"{name} figure",
+                                "The paper's figure redrawn from this study's measurements; "
+                                "the table below sets them beside the published values."))
         except Exception as exc:  # a figure must not lose the tables
             parts.append(f"<p class='absent'>figure failed: {esc(type(exc).__name__)}: {esc(exc)}</p>")
     rows = comparison_rows(study, spec)

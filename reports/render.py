@@ -159,14 +159,21 @@ def _memory_section(run: RunData, colors: dict[str, str]) -> list[str]:
     parts.append(table(header, rows, text_columns=(0,), css_id="memory-table"))
     capacity = {n: systems[n]["memory"]["capacity_slots"] for n in systems}
     if steps:
-        parts.append(figure(F.to_data_uri(F.memory_timelines(steps, capacity)), "memory over time"))
+        parts.append(figure(F.to_data_uri(F.memory_timelines(steps, capacity)), "memory over time",
+                            "Each category's share of the pool at every step (the memory the step "
+                            "ran with), one panel per system; the averages above weight steps by "
+                            "their duration."))
         scale = {n: 100.0 / capacity[n] for n in steps}
         parts.append(figure(F.to_data_uri(F.line_over_time(
             steps, "largest_free_extent", "largest free extent (% of pool)",
             "Largest free extent (room for one new contiguous request)", colors, scale)),
-            "largest free extent over time"))
+            "largest free extent over time",
+            "The largest run of free slots a contiguous reservation could take; for a paged "
+            "pool any free block will do, so it equals the free memory."))
         parts.append(figure(F.to_data_uri(_usage_over_time(steps, scale, colors)),
-                            "block-level vs token-level usage over time"))
+                            "block-level vs token-level usage over time",
+                            "Allocated slots (block level) over slots holding a token's KV (token "
+                            "level); the band between them is allocated memory without token state."))
     else:
         parts.append(absent("Per-step timelines (no steps_<system> tables)"))
     parts.append(figure(F.to_data_uri(F.panel_bars(systems, [
@@ -176,7 +183,10 @@ def _memory_section(run: RunData, colors: dict[str, str]) -> list[str]:
         ("prefix-cache hit rate (%)",
          lambda s: 100.0 * ((s.get("prefix_cache") or {}).get("hit_rate") or 0.0)),
     ], "Usage, sharing and prefix caching (time-averaged)", colors)),
-        "usage, sharing savings and prefix-cache hit rate per system"))
+        "usage, sharing savings and prefix-cache hit rate per system",
+        "Sharing savings = 1 - physical / logical token slots (a shared slot counted once per "
+        "sharer); the hit rate counts prompt tokens served from the prefix cache, re-admissions "
+        "after a preemption included."))
     return parts
 
 
@@ -213,20 +223,25 @@ def _serving_section(run: RunData, colors: dict[str, str]) -> list[str]:
         ("requests/s", lambda s: s["throughput"]["requests_per_s"]),
         ("output tokens/s", lambda s: s["throughput"]["output_tokens_per_s"]),
         ("mean batch (sequences)", lambda s: s["batch"]["mean_seqs"]),
-    ], "Throughput and batch size", colors)), "throughput per system"))
+    ], "Throughput and batch size", colors)), "throughput per system",
+        "Finished requests and their output tokens per second of simulated (or measured) "
+        "time, and the mean number of sequences per step."))
     if steps:
         parts.append(figure(F.to_data_uri(F.line_over_time(
             steps, "num_seqs", "running sequences", "Batch size over time", colors)),
-            "batch size over time"))
+            "batch size over time", "Sequences computed in each step."))
     parts.append(figure(F.to_data_uri(F.latency_percentiles(systems, colors)),
-                        "latency percentiles"))
+                        "latency percentiles",
+                        "Percentiles over finished requests; the table below lists them."))
     header, rows = latency_rows(systems)
     parts.append("<h3>Latency (seconds; normalized = end-to-end / output tokens, s/token)</h3>")
     parts.append(table(header, rows, digits=4, css_id="latency-table"))
     finished = {n: f for n, f in run.requests.items() if (f["status"] == "finished").any()}
     if finished:
         parts.append(figure(F.to_data_uri(F.latency_cdf(finished, colors)),
-                            "normalized latency distribution"))
+                            "normalized latency distribution",
+                            "Distribution of end-to-end latency / output tokens over finished "
+                            "requests (the metric of the PagedAttention paper's Fig. 12)."))
     parts.append("<h3>Preemptions, swaps and rejections</h3>")
     rows = [[n, s["preemptions"], s.get("swaps", 0), s["requests"]["rejected"],
              s["requests"].get("unfinished", 0),
@@ -240,7 +255,8 @@ def _serving_section(run: RunData, colors: dict[str, str]) -> list[str]:
     if steps and any(int(f["num_preempted"].sum()) for f in steps.values()):
         parts.append(figure(F.to_data_uri(F.line_over_time(
             steps, "num_preempted", "preemptions so far (count)", "Preemptions over time", colors,
-            cumulative=True)), "preemptions over time"))
+            cumulative=True)), "preemptions over time",
+            "Requests preempted so far (recompute or swap), counted at the step that evicts them."))
     return parts
 
 
@@ -292,7 +308,9 @@ def _kernel_section(run: RunData) -> list[str]:
         parts.append("<p class='note'>The kernel figures could not be drawn (see the render "
                      "log); the kernel results are listed below.</p>")
     for i, fig in enumerate(figs):
-        parts.append(figure(F.to_data_uri(fig), f"kernel figure {i + 1}"))
+        parts.append(figure(F.to_data_uri(fig), f"kernel figure {i + 1}",
+                            "Decode attention with and without the block table (same Triton "
+                            "kernel) and the reference paths; the table below has the numbers."))
     summary = run.kernel_results.get("summary")
     if isinstance(summary, dict) and summary and all(isinstance(v, dict) for v in summary.values()):
         rows = []

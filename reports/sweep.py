@@ -31,6 +31,7 @@ REPORT_NAME = "sweep_report.html"
 TABLE_NAME = "sweep_results.csv"
 FAILED_MARKER = "job_failed.txt"  # written by reports.callbacks when a job raises
 FINISHED, INCOMPLETE, FAILED, MISSING = "finished", "incomplete", "failed", "not started"
+STOPPED_LABEL = "incomplete job (stopped early: covers part of the run)"
 _SKIP_DIRS = {".hydra", ".submitit", "__pycache__", PREVIOUS_DIR}  # previous/: earlier runs set aside
 
 
@@ -260,11 +261,17 @@ def sweep_figure(frame: pd.DataFrame, x_key: str, others: list[str], metrics: li
                 sub = sub.assign(_o=order).sort_values("_o")
                 xs = sub[x_key].to_numpy(float) if numeric else sub["_o"].to_numpy()
                 name = system if not combo else f"{system} · {', '.join(f'{o}={v}' for o, v in zip(others, combo.split(', ')))}"
-                (line,) = ax.plot(xs, sub[key].to_numpy(float), color=colors.get(system, "#555"),
+                ys = sub[key].to_numpy(float)
+                (line,) = ax.plot(xs, ys, color=colors.get(system, "#555"),
                                   linestyle=F.LINESTYLES[c_index % len(F.LINESTYLES)],
                                   marker=F.MARKERS[c_index % len(F.MARKERS)], markersize=3.5,
                                   linewidth=1.3, label=name)
                 handles.setdefault(name, line)
+                stopped = (sub["status"] == INCOMPLETE).to_numpy() if "status" in sub else None
+                if stopped is not None and stopped.any():  # its figures cover part of the run
+                    handles.setdefault(STOPPED_LABEL, ax.scatter(
+                        xs[stopped], ys[stopped], s=60, marker="o", facecolors="none",
+                        edgecolors="#d62728", linewidths=1.4, zorder=3, label=STOPPED_LABEL))
         ax.set_ylabel(label, fontsize=8)
         ax.set_xlabel(x_key, fontsize=8)
         if log_x:
@@ -350,8 +357,13 @@ def render_sweep_report(sweep_dir: Path | str) -> Path:
                 continue
             others = [o for o in swept if o != key and o in frame]
             parts.append(f"<h2 id='vs-{esc(key)}'>Metrics vs {esc(key)}</h2>")
+            styles = (f"; line styles and markers tell the values of {', '.join(others)} apart"
+                      if others else "")
             parts.append(figure(F.to_data_uri(sweep_figure(frame, key, others, metric_cols, colors)),
-                                f"headline metrics vs {key}"))
+                                f"headline metrics vs {key}",
+                                f"One panel per headline metric against {key}, one line per "
+                                f"system{styles}. Points circled in red are jobs that stopped "
+                                "early: their figures cover only part of the run."))
         shown = ["job", "status", *swept, "system", *[k for k, _ in metric_cols]]
         labels = ["job", "status", *swept, "system", *[lab for _, lab in metric_cols]]
         sort_cols = [c for c in (*swept, "system") if c in frame]

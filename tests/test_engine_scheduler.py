@@ -218,3 +218,20 @@ def test_step_plan_lists_compact_decodes_and_other_chunks_in_scheduling_order():
     assert (plan.num_batched_tokens, plan.num_prefill_tokens, plan.num_seqs) == (6, 3, 4)
     assert (plan.kv_read_slots, plan.attention_pairs, plan.num_prefill_chunks) == (21, 30, 1)
     assert not plan.is_empty
+
+
+def test_a_step_row_holds_the_memory_the_step_ran_with():
+    """Two 16-slot max reservations fill a 32-slot pool and the third request waits. The
+    step in which the two finish still ran with both reservations: its row holds their
+    KV, not the frees that follow it (which would read as 32 slots of external
+    fragmentation while the waiting request is about to be admitted)."""
+    result = run(make_requests([(5, 6)] * 3), contiguous("max"), engine_spec(kv_capacity_slots=32),
+                 max_model_len=16)
+    steps = result.recorder.step_table()
+    assert steps["num_seqs"].tolist() == [2] * 6 + [1] * 6
+    assert steps["token_states"].tolist() == [10, 12, 14, 16, 18, 20, 5, 6, 7, 8, 9, 10]
+    assert steps["reserved"].tolist() == [10, 8, 6, 4, 2, 0, 5, 4, 3, 2, 1, 0]
+    assert steps["internal_over_reservation"].tolist() == [12] * 6 + [6] * 6
+    assert steps["allocated_slots"].tolist() == [32] * 6 + [16] * 6
+    assert steps["external_fragmentation"].tolist() == [0] * 12
+    assert steps["idle"].tolist() == [0] * 6 + [16] * 6

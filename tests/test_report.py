@@ -291,3 +291,39 @@ def test_telemetry_columns_are_grouped_by_quantity():
     assert panels["memory used (GiB)"] == ["memory_used_mib"]
     assert set(panels) == {"power (W)", "utilisation (%)", "memory used (GiB)", "clock (MHz)",
                            "temperature (°C)", "energy (J)"}
+
+
+def test_a_system_that_served_nothing_measures_nothing(tmp_path):
+    """max cannot hold a parallel-sampling group in this pool and rejects every request: its
+    memory figures are not measured (not 0%), so no claim is judged on it."""
+    run_dir = small_run(tmp_path / "run", "workload=parallel_sampling", "workload.num_requests=20",
+                        "engine.kv_capacity_slots=6000", "systems=[paged,max]")
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["systems"]["max"]["steps"] == 0
+    memory = results["systems"]["max"]["memory"]
+    assert memory["token_states_pct"] is None and memory["idle_pct"] is None
+    rows = evaluate_claims(load_run(run_dir))
+    assert "max" not in {row.subject for row in rows}
+    waste = [row for row in rows if row.claim_id == "contiguous_waste"]
+    assert [(row.verdict, row.how) for row in waste] == [
+        (NOT_MEASURED, "no contiguous system served a request in this run")]
+    summary = parse(run_dir / "report.html").tables["summary-table"]
+    assert [row[2:4] for row in summary if row[0] == "max"] == [["–", "–"]]
+
+
+def test_sharing_is_not_claimed_from_a_preempted_request_hitting_its_own_blocks(tmp_path):
+    """Unique prompts in a small pool: requests re-admitted after a preemption hit their own
+    freed blocks. That is no sharing, so the sharing claim is not measured."""
+    run_dir = small_run(tmp_path / "run", "workload=fixed", "workload.num_requests=60",
+                        "engine.kv_capacity_slots=4096", "systems=[paged]")
+    paged = json.loads((run_dir / "results.json").read_text())["systems"]["paged"]
+    assert paged["preemptions"] > 0
+    cache = paged["prefix_cache"]
+    assert cache["hit_tokens"] == cache["readmission_hit_tokens"] > 0
+    rows = [row for row in evaluate_claims(load_run(run_dir)) if row.claim_id == "prefix_sharing_savings"]
+    assert [row.verdict for row in rows] == [NOT_MEASURED]
+
+
+def test_every_figure_has_a_caption(run_dir):
+    text = (run_dir / "report.html").read_text()
+    assert text.count("<figure>") == text.count("<figcaption>") >= 8

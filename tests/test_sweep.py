@@ -170,3 +170,24 @@ def test_launcher_presets_compose(preset):
     assert target.startswith(f"hydra_plugins.{PRESETS[preset]}.")
     if preset == "ray_cluster":
         assert cfg.hydra.launcher.ray.init.object_store_memory is None
+
+
+def test_an_incomplete_job_is_marked_in_the_figure_and_every_figure_has_a_caption(tmp_path, one_run):
+    """A job that stopped early (complete: false) is circled in the figure, with its own
+    legend entry; a finished sweep draws no such entry."""
+    from reports.sweep import STOPPED_LABEL, aggregate, sweep_figure
+
+    sweep = fake_sweep(tmp_path, one_run)
+    stopped = sweep / "1" / "results.json"
+    data = json.loads(stopped.read_text())
+    data["complete"] = False
+    stopped.write_text(json.dumps(data))
+    frame, swept = aggregate(collect_jobs(sweep))
+    metrics = [("token_states_pct", "token states")]
+    labels = [t.get_text() for t in sweep_figure(frame, "block_size", [], metrics, {}).legends[0].texts]
+    assert STOPPED_LABEL in labels
+    finished = frame.assign(status=FINISHED)
+    labels = [t.get_text() for t in sweep_figure(finished, "block_size", [], metrics, {}).legends[0].texts]
+    assert STOPPED_LABEL not in labels
+    text = render_sweep_report(sweep).read_text()
+    assert text.count("<figure>") == text.count("<figcaption>") > 0

@@ -164,13 +164,15 @@ def _run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: E
         duration, sampled = executor.execute(plan)
         start = now
         now += duration
+        # The memory the step ran with: its KV appended, before the requests it finishes are
+        # freed (their KV was in use during it; the waiting head was refused before it).
+        memory = scheduler.manager.breakdown(plan.memory_blocked)
         finished = scheduler.postprocess(plan, now, sampled)
         for group in finished:
             recorder.record_request(_request_row(group.request, group, "finished"))
             token_digests[group.request.request_id] = _tokens_digest(group)
             groups.pop(group.request.request_id, None)
             finished_count += 1
-        memory = scheduler.manager.breakdown(plan.memory_blocked)
         recorder.record_step(start, duration, plan.num_seqs,
                              plan.num_batched_tokens, plan.num_prefill_tokens,
                              len(scheduler.waiting), plan.num_preempted, memory)

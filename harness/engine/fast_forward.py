@@ -12,8 +12,9 @@ sequence in one manager call, and write K step rows computed from per-sequence
 formulas, instead of looping K times.
 
 A span may end with the step in which requests finish: their last tokens are
-appended, they are freed in running order (as ``Scheduler.postprocess`` frees
-them) and that step's memory figures are read from the manager after the frees.
+appended and they are freed in running order (as ``Scheduler.postprocess`` frees
+them); that step's memory row, like every step's, is the memory it ran with (before
+those frees).
 When admission stays closed after the frees (nothing waits, or the waiting head
 still does not fit), the next span starts right away (the engine calls again).
 
@@ -280,8 +281,6 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     rows["step"].extend(range(first_row, first_row + span))
     for name, values in columns.items():
         rows[name].extend(values)
-    if finished:  # that step's memory is read after the frees, as the loop reads it
-        recorder.replace_last_memory(manager.breakdown(memory_blocked))
     may_continue = finishing and bool(finished) and not arrived and scheduler.num_running_seqs > 0
     return Advance(end_time, finished, may_continue)
 

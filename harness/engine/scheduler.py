@@ -54,6 +54,7 @@ class Scheduler:
         self.num_swaps = 0
         self.prompt_tokens_queried = 0
         self.prompt_tokens_cached = 0
+        self.readmission_tokens_cached = 0  # of those, hits of requests re-admitted after a preemption
 
     # ------------------------------------------------------------------ queues
     def add(self, group: SequenceGroup) -> None:
@@ -278,6 +279,8 @@ class Scheduler:
             group.cached_tokens += cached
             self.prompt_tokens_queried += total
             self.prompt_tokens_cached += cached
+            if restarted:  # its own blocks, freed by the preemption, often (nothing shared)
+                self.readmission_tokens_cached += cached
             seq.num_computed = cached
             for child in members:
                 child.num_computed = cached
