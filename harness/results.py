@@ -104,8 +104,8 @@ def _input_files(node: Any) -> list[str]:
     if isinstance(node, dict):
         found = []
         for key, value in node.items():
-            if key == "path" and isinstance(value, str) and os.path.isfile(value):
-                found.append(value)
+            if key == "path" and isinstance(value, str) and os.path.isfile(os.path.expanduser(value)):
+                found.append(os.path.expanduser(value))  # (the loaders expand ~ too)
             else:
                 found += _input_files(value)
         return found

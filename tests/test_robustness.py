@@ -289,3 +289,13 @@ def test_a_failed_sweep_job_does_not_report_an_earlier_runs_results(tmp_path):
 
     [job] = collect_jobs(sweep)
     assert job.status == "failed" and "block_size" in job.reason
+
+
+def test_a_trace_path_under_home_is_hashed_so_an_edit_is_noticed(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    trace = tmp_path / "trace.csv"
+    trace.write_text("p,o\n10,5\n")
+    cfg = {"workload": {"kind": "table", "path": "~/trace.csv"}}
+    before = config_hash(cfg)
+    trace.write_text("p,o\n300,5\n")
+    assert config_hash(cfg) != before

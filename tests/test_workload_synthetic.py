@@ -202,3 +202,15 @@ def test_a_workload_with_no_requests_left_fails_clearly():
 
     with pytest.raises(ConfigError, match="produced no requests"):
         build("fixed", max_model_len=600)
+
+
+def test_mixture_takes_a_global_preset_as_a_component(tmp_path):
+    """mooncake.yaml is a global preset (it also selects a model): its workload node is the
+    component."""
+    trace = tmp_path / "moon.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": 600, "output_length": 5,
+                                         "hash_ids": [0, t + 1]}) + "\n" for t in range(4)))
+    node = preset("mixture", num_requests=4, components=[
+        {"weight": 1, "preset": "mooncake", "path": str(trace)}])
+    workload = build(node)
+    assert [r.prompt_len for r in workload.requests] == [600] * 4

@@ -28,7 +28,8 @@ def generate_arrivals(spec: ArrivalSpec, n: int, rng: np.random.Generator,
         assert spec.cv is not None
         shape = 1.0 / spec.cv**2
         gaps = rng.gamma(shape, 1.0 / (spec.rate * shape), size=max(n - 1, 0))
-    return np.concatenate([[0.0], np.cumsum(gaps)])[:n]
+    with np.errstate(over="ignore"):  # an absurd rate: infinite times, refused when the
+        return np.concatenate([[0.0], np.cumsum(gaps)])[:n]  # workload is finalized
 
 
 def replay_arrivals(spec: ArrivalSpec, timestamps_s: np.ndarray, origin_s: float | None = None,
@@ -44,6 +45,11 @@ def replay_arrivals(spec: ArrivalSpec, timestamps_s: np.ndarray, origin_s: float
         return times
     origin = times[0] if origin_s is None else min(origin_s, times[0])
     times = times - origin
+    with np.errstate(over="ignore"):  # infinite times are refused when the workload is finalized
+        return _rescaled(spec, times, where)
+
+
+def _rescaled(spec: ArrivalSpec, times: np.ndarray, where: str) -> np.ndarray:
     if spec.time_scale is not None:
         times = times * spec.time_scale
     elif spec.target_rate is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -58,6 +60,12 @@ def finalize(name: str, kind: str, drafts: list[Draft], tally: Tally, process: s
         raise ConfigError(
             f"workload {name!r} produced no requests ({tally.as_dict()}); widen the time window or "
             "filters, raise max_model_len (a longer-context model), or use workload.clip=truncate")
+    bad = next((d for d in drafts if not math.isfinite(d.arrival_time)), None)
+    if bad is not None:
+        raise ConfigError(
+            f"workload {name!r}: a request arrives at t={bad.arrival_time} s: the arrival settings "
+            "(workload.arrival: rate, time_scale or target_rate) stretch time beyond what a float "
+            "holds; use a larger rate or a smaller time_scale")
     order = sorted(range(len(drafts)), key=lambda i: drafts[i].arrival_time)  # stable
     requests = []
     for request_id, i in enumerate(order):

@@ -70,13 +70,14 @@ def build_mooncake(spec: MooncakeSpec, ctx: BuildContext) -> list[Draft]:
     raw_hashes = parser.table.columns["hash_ids"]
     counts = np.zeros(len(raw_hashes), dtype=np.int64)
     flat: list[int] = []
+    limit = ctx.tokens.hash_id_limit(spec.block_tokens)  # (the trace's are remapped below 2**20)
     for row, hashes in enumerate(raw_hashes):
         if row in parser.errors:
             continue
         if not isinstance(hashes, list) or (hashes and (set(map(type, hashes)) != {int} or min(hashes) < 0
-                                                        or max(hashes) >= 1 << 63)):
-            # NOTE: hash ids are stored as int64; a larger one is malformed input, not a crash
-            parser.error(row, "hash_ids", "not a list of non-negative integers below 2**63",
+                                                        or max(hashes) >= limit)):
+            parser.error(row, "hash_ids", f"not a list of integers in [0, {limit:,}) (the ids "
+                         f"{spec.block_tokens}-token blocks can take)",
                          repr(hashes)[:80] if hashes is not None else "missing")
             continue
         expected = -(-int(inp[row]) // spec.block_tokens)

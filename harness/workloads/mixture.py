@@ -44,7 +44,11 @@ def load_preset(name: str, where: str) -> dict:
                           f"{', '.join(known) or 'none'}. Or give the component's keys inline (kind: ...).")
     from omegaconf import OmegaConf
 
-    return to_plain(OmegaConf.load(path))
+    node = to_plain(OmegaConf.load(path))
+    node.pop("defaults", None)  # a global preset (mooncake) also selects a model: not here
+    if "workload" in node and "kind" not in node:  # a global preset: its workload node
+        node = node["workload"]
+    return node
 
 
 def _merge(base: dict, override: dict) -> dict:

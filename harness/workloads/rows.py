@@ -47,6 +47,8 @@ def parse_int(value: Any) -> int:
         number = int(value)
     elif isinstance(value, str):
         text = value.strip()
+        if not text.isascii() or "_" in text:  # int() would take "3_96" and other digits
+            raise _Bad("not an integer", repr(value))
         try:
             number = int(text)
         except ValueError:
@@ -147,9 +149,12 @@ class RowParser:
         """Column as int64; values below ``min_value`` are errors (lengths must be >= 1)."""
         values = self.table.columns[column]
         out = None
-        if all(type(v) is str or type(v) is int for v in values):
-            try:  # fast path: every value parses with int()
+        if all(type(v) is int or (type(v) is str and v.isascii() and "_" not in v)
+               for v in values):
+            try:  # fast path: every value parses with int() and is in range
                 out = np.array([int(v) for v in values], dtype=np.int64)
+                if ((out >= _INT_LIMIT) | (out <= -_INT_LIMIT)).any():
+                    out = None  # the row-by-row path names each one
             except (ValueError, OverflowError):
                 out = None
         if out is None:

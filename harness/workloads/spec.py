@@ -191,6 +191,9 @@ class ArrivalSpec:
                   "set either time_scale or target_rate, not both")
 
 
+MAX_LENGTH = 1 << 31  # tokens: no length drawn or configured goes above this
+
+
 @dataclass(frozen=True, kw_only=True)
 class LengthDist:
     """A token-length distribution: lognormal with arithmetic ``mean`` and shape ``sigma``
@@ -203,6 +206,7 @@ class LengthDist:
 
     def __post_init__(self) -> None:
         check(self.mean >= 1, "mean", f"must be >= 1 token, got {self.mean!r}")
+        check(self.mean <= MAX_LENGTH, "mean", f"must be at most {MAX_LENGTH:,} tokens, got {self.mean!r}")
         check(self.sigma >= 0, "sigma", f"must be >= 0, got {self.sigma!r}")
         check(self.min >= 1, "min", f"must be >= 1, got {self.min!r}")
         check(self.max is None or self.max >= self.min, "max",
@@ -215,7 +219,9 @@ class LengthDist:
         else:
             mu = math.log(self.mean) - self.sigma**2 / 2  # so that E[X] = mean
             values = np.rint(rng.lognormal(mu, self.sigma, size=n))
-        hi = self.max if self.max is not None else np.inf
+        # NOTE: a long lognormal tail would overflow int64: MAX_LENGTH bounds every draw (far
+        # above any model's context: such a request is dropped or truncated like any other)
+        hi = min(self.max, MAX_LENGTH) if self.max is not None else MAX_LENGTH
         return np.clip(values, self.min, hi).astype(np.int64)
 
 

@@ -110,6 +110,10 @@ class TokenSpace:
         low = _permute(np.arange(block_tokens, dtype=np.uint32), pos_bits, self._hash_keys)
         return (high << np.uint32(pos_bits)) | low, pos_bits
 
+    def hash_id_limit(self, block_tokens: int) -> int:
+        """Hash ids ``from_hash_blocks`` takes lie in [0, this) for blocks of this size."""
+        return 1 << (_UNIQUE_BITS - self._position_ids(block_tokens)[1])
+
     def from_hash_blocks(self, hash_ids: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
                          block_tokens: int, *, path: str | None = None) -> list[np.ndarray]:
         """Prompts whose i-th block of ``block_tokens`` tokens is derived from hash id i.
