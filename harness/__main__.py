@@ -2,11 +2,11 @@
 
 Exit status: 0 done (or skipped: complete results for the same resolved config are
 already in the run directory; set PAGEBENCH_RERUN=1 to run anyway; any other earlier
-outputs there are moved to ``previous/<n>/`` first, never overwritten), 1 the command
-line was refused (a key the config does not have, named with the closest valid one by
-``harness.override_check``; other errors Hydra reports; a sweep with a failed job), 2 a config or
-input error (the message says what to fix), 130 interrupted (what had run is
-written, marked incomplete).
+outputs there are moved to ``previous/<n>/`` first, never overwritten), 1 Hydra refused
+the command line (e.g. an override's syntax; a sweep with a failed job), 2 a config or
+input error (the message says what to fix; a key the config does not have is named with
+the closest valid one, by ``harness.override_check``, before Hydra composes anything),
+130 interrupted (what had run is written, marked incomplete).
 """
 
 from __future__ import annotations
@@ -104,8 +104,9 @@ def _overridden_keys(node: str) -> list[str]:
 
 
 def _refuse_unknown_overrides() -> None:
-    """Exit 1 with ``override_check``'s message when the command line overrides a key that
-    the config cannot have (Hydra's own message suggests adding it with ``+``)."""
+    """Exit 2 (a config error, as ``+key=value`` of an unknown key gets) with
+    ``override_check``'s message when the command line overrides a key that the config
+    cannot have (Hydra's own message would suggest adding it with ``+``)."""
     from hydra._internal.utils import get_args_parser
 
     from harness.override_check import unknown_override
@@ -123,7 +124,7 @@ def _refuse_unknown_overrides() -> None:
     message = unknown_override(overrides)
     if message:
         print(f"error: {message}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -137,6 +137,8 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     print(f"pagebench {__version__}: workload={workload.name} ({len(workload.requests)} requests) "
           f"model={model.name} hardware={hardware.name} executor={engine.executor} capacity={capacity} slots "
           f"({capacity * model.bytes_per_slot / 2**30:.1f} GiB KV)", file=sys.stderr)
+    for line in _workload_notes(workload.summary.get("rows") or {}, max_model_len):
+        print(f"note: {line}", file=sys.stderr)
 
     results: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -362,6 +364,21 @@ def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareS
             bar.close()
         if hasattr(executor, "close"):
             executor.close()  # free this system's KV memory before the next one allocates
+
+
+def _workload_notes(rows: dict, max_model_len: int) -> list[str]:
+    """Console lines for the requests a workload left out or shortened (``rows`` is its
+    summary's tally; results.json keeps it whole)."""
+    what = {"skipped": "malformed rows skipped (workload.on_error=skip)",
+            "dropped": f"requests dropped: longer than max_model_len={max_model_len} "
+                       "(workload.clip=truncate keeps them, shortened)",
+            "truncated": f"requests truncated to max_model_len={max_model_len}"}
+    notes = []
+    for key, text in what.items():
+        count = (rows.get(key) or {}).get("total") or 0
+        if count:
+            notes.append(f"{count:,} {text}")
+    return notes
 
 
 def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,

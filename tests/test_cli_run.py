@@ -86,3 +86,15 @@ def test_requests_only_some_systems_can_run_are_named_on_the_console(tmp_path):
     assert f"warning: oracle rejected {oracle['rejected']} of 60 requests" in proc.stderr
     assert "buddy arena's largest extent" in proc.stderr
     assert "id='headline'" not in (tmp_path / "report.html").read_text()  # not the same work
+
+
+def test_the_console_says_what_the_workload_left_out():
+    from harness.run import _workload_notes
+
+    rows = {"rows_read": 200, "skipped": {"total": 2}, "filtered": {"total": 5},
+            "dropped": {"total": 30}, "truncated": {"total": 0}}
+    assert _workload_notes(rows, 4096) == [
+        "2 malformed rows skipped (workload.on_error=skip)",
+        "30 requests dropped: longer than max_model_len=4096 (workload.clip=truncate keeps them, "
+        "shortened)"]
+    assert _workload_notes({}, 4096) == []

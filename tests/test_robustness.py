@@ -88,6 +88,11 @@ def test_bad_input_fails_with_a_clear_message_and_no_traceback(bad_input_runs, c
     assert "Traceback" not in output, output
 
 
+def test_a_misspelt_key_is_a_config_error_with_or_without_plus(bad_input_runs):
+    assert bad_input_runs["misspelt_key_without_plus"][0] == 2
+    assert bad_input_runs["misspelt_top_level_key"][0] == 2
+
+
 # -------------------------------------------------------------- determinism
 def test_same_config_and_seed_give_byte_identical_results(tmp_path):
     """Two processes with different hash salts, with prefix caching and preemption."""
