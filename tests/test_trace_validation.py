@@ -137,6 +137,7 @@ def test_a_trace_of_another_kind_says_so_at_its_first_record(tmp_path):
 @pytest.mark.parametrize("bad, field, fragment", [
     ('{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]', None, "not valid JSON"),
     ('[1, 2]', None, "expected a JSON object"),
+    ('{"timestamp": 1, "input_length": "abc', None, "(Unterminated string starting at column 34)"),
     ('{"timestamp": 1, "input_length": 600, "hash_ids": [0, 1]}', "output_length", "missing"),
     ('{"timestamp": 1, "input_length": "six", "output_length": 5, "hash_ids": [0, 1]}', "input_length",
      "not an integer"),

@@ -153,7 +153,8 @@ def iter_records(path: Path, gzipped: bool, fmt: str) -> Iterator[tuple[int, Any
                 try:
                     yield line_no, json.loads(line), None
                 except json.JSONDecodeError as err:
-                    yield line_no, None, f"not valid JSON ({err.msg} at column {err.colno})"
+                    what = err.msg.removesuffix(" at")  # "Unterminated string starting at"
+                    yield line_no, None, f"not valid JSON ({what} at column {err.colno})"
             return
         text = f.read()
     yield from _iter_json_array(text, str(path))
