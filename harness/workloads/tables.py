@@ -150,8 +150,8 @@ def iter_records(path: Path, gzipped: bool, fmt: str) -> Iterator[tuple[int, Any
             for line_no, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
-                try:
-                    yield line_no, json.loads(line), None
+                try:  # (without its line break: a string cut short is then "unterminated")
+                    yield line_no, json.loads(line.rstrip("\r\n")), None
                 except json.JSONDecodeError as err:
                     what = err.msg.removesuffix(" at")  # "Unterminated string starting at"
                     yield line_no, None, f"not valid JSON ({what} at column {err.colno})"
