@@ -279,7 +279,7 @@ class Scheduler:
             group.cached_tokens += cached
             self.prompt_tokens_queried += total
             self.prompt_tokens_cached += cached
-            if restarted:  # its own blocks, freed by the preemption, often (nothing shared)
+            if restarted:  # hits of its own blocks, freed by the preemption, often: not sharing
                 self.readmission_tokens_cached += cached
             seq.num_computed = cached
             for child in members:
