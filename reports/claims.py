@@ -120,6 +120,12 @@ def max_reservation_waste(run: RunData) -> list[Measured]:
 
 
 def paged_unfilled_per_sequence(run: RunData) -> list[Measured]:
+    workload = (run.results or {}).get("workload", {})
+    if max(workload.get("max_num_samples", 1) or 1, workload.get("max_beam_width", 1) or 1) > 1:
+        # NOTE: forked sequences share their partial last blocks: the empty slots are physical
+        # and the sequences logical, so the ratio does not say what a block costs per sequence
+        raise NotMeasured("sequences share partial blocks (parallel samples or beams): the "
+                          "theory is per unshared sequence")
     out = []
     for name, s in _systems_of(run, "paged").items():
         block_size = s["allocator"].get("block_size") or (run.results or {}).get("block_size")

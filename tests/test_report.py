@@ -327,3 +327,12 @@ def test_sharing_is_not_claimed_from_a_preempted_request_hitting_its_own_blocks(
 def test_every_figure_has_a_caption(run_dir):
     text = (run_dir / "report.html").read_text()
     assert text.count("<figure>") == text.count("<figcaption>") >= 8
+
+
+def test_the_per_sequence_block_claim_is_not_judged_when_sequences_share_blocks(tmp_path):
+    run_dir = small_run(tmp_path / "run", "workload=beam_search", "workload.num_requests=20",
+                        "systems=[paged]")
+    rows = [row for row in evaluate_claims(load_run(run_dir))
+            if row.claim_id == "paged_waste_per_sequence"]
+    assert [row.verdict for row in rows] == [NOT_MEASURED]
+    assert "share partial blocks" in rows[0].how
