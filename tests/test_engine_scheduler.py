@@ -235,3 +235,14 @@ def test_a_step_row_holds_the_memory_the_step_ran_with():
     assert steps["allocated_slots"].tolist() == [32] * 6 + [16] * 6
     assert steps["external_fragmentation"].tolist() == [0] * 12
     assert steps["idle"].tolist() == [0] * 6 + [16] * 6
+
+
+def test_the_last_prompt_token_alone_is_prefill():
+    """A one-token prompt, and the last token of a prompt chunked 8 + 1, are prompt tokens:
+    prefill, whether the scheduler batches the token with the decodes or as a chunk."""
+    spec = engine_spec(max_num_batched_tokens=8, chunked_prefill=True)
+    steps = run(make_requests([(9, 3)]), paged(block_size=4), spec).recorder.step_table()
+    assert steps["num_prefill_tokens"].tolist() == [8, 1, 0, 0]
+    steps = run(make_requests([(1, 3), (9, 2)]), paged(block_size=4), spec).recorder.step_table()
+    assert steps["num_batched_tokens"].tolist() == [8, 3, 2]
+    assert steps["num_prefill_tokens"].tolist() == [8, 2, 0]

@@ -80,9 +80,10 @@ class StepPlan:
             lo = hi
         yield lo, len(self.decode_seqs), None
 
-    def add_decodes(self, seqs: list[Sequence], starts: list[int]) -> None:
+    def add_decodes(self, seqs: list[Sequence], starts: list[int], prompt_ends: int = 0) -> None:
         """Add one-token decodes: ``seqs[i]`` (the only sequence of its group, with all
-        its tokens but the last computed) computes position ``starts[i]``."""
+        its tokens but the last computed) computes position ``starts[i]``. ``prompt_ends``
+        of them have generated nothing yet: their token is the prompt's last (prefill)."""
         if self.decode_seqs:
             self.decode_seqs.extend(seqs)
             self.decode_starts.extend(starts)
@@ -91,6 +92,7 @@ class StepPlan:
         count = len(seqs)
         kv_read = sum(starts)
         self.num_batched_tokens += count
+        self.num_prefill_tokens += prompt_ends
         self.num_seqs += count
         self.kv_read_slots += kv_read
         self.attention_pairs += kv_read + count  # a decode token attends to start + 1
@@ -124,7 +126,8 @@ class StepPlan:
         """Add (``sign`` 1) or take back (-1) ``chunk``'s share of the plan's totals."""
         n, start = chunk.end - chunk.start, chunk.start
         self.num_batched_tokens += sign * n
-        if chunk.end < chunk.seq.num_tokens or n > 1 or chunk.members:
+        # prefill: prompt tokens (the last one alone too), or several tokens of a recompute
+        if chunk.end < chunk.seq.num_tokens or n > 1 or chunk.members or not chunk.seq.generated:
             self.num_prefill_tokens += sign * n
         self.num_seqs += sign * (1 + len(chunk.members))
         # token i (0-based in the chunk) attends to start + i + 1 positions

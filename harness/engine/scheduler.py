@@ -131,6 +131,7 @@ class Scheduler:
         # (bound once: the loop runs once per decoding sequence)
         add_seq, add_id = seqs.append, seq_ids.append
         add_token, add_start = tokens.append, starts.append
+        prompt_ends = 0  # sequences whose one token is their prompt's last (nothing generated)
         for group in self.running[index:index + self._budget]:
             group_seqs = group.seqs
             if len(group_seqs) != 1:
@@ -142,7 +143,11 @@ class Scheduler:
                 break
             add_seq(seq)
             add_id(seq.seq_id)
-            add_token(generated[-1] if generated else int(seq.prompt[-1]))
+            if generated:
+                add_token(generated[-1])
+            else:
+                add_token(int(seq.prompt[-1]))
+                prompt_ends += 1
             add_start(start)
         if not seqs:
             return index
@@ -150,7 +155,9 @@ class Scheduler:
         if done:
             if done < len(seqs):
                 del seqs[done:], starts[done:]
-            plan.add_decodes(seqs, starts)
+                if prompt_ends:
+                    prompt_ends = sum(1 for seq in seqs if not seq.generated)
+            plan.add_decodes(seqs, starts, prompt_ends)
             self._budget -= done
         return index + done
 
