@@ -119,9 +119,14 @@ def max_reservation_waste(run: RunData) -> list[Measured]:
     return out
 
 
-def paged_unfilled_per_sequence(run: RunData) -> list[Measured]:
+def _has_forks(run: RunData) -> bool:
+    """Whether the run's requests fork (parallel samples or beams share blocks)."""
     workload = (run.results or {}).get("workload", {})
-    if max(workload.get("max_num_samples", 1) or 1, workload.get("max_beam_width", 1) or 1) > 1:
+    return max(workload.get("max_num_samples", 1) or 1, workload.get("max_beam_width", 1) or 1) > 1
+
+
+def paged_unfilled_per_sequence(run: RunData) -> list[Measured]:
+    if _has_forks(run):
         # NOTE: forked sequences share their partial last blocks: the empty slots are physical
         # and the sequences logical, so the ratio does not say what a block costs per sequence
         raise NotMeasured("sequences share partial blocks (parallel samples or beams): the "
@@ -164,8 +169,7 @@ def contiguous_waste_pct(run: RunData) -> list[Measured]:
 
 
 def sharing_savings_pct(run: RunData) -> list[Measured]:
-    workload = (run.results or {}).get("workload", {})
-    forks = max(workload.get("max_num_samples", 1) or 1, workload.get("max_beam_width", 1) or 1) > 1
+    forks = _has_forks(run)
     out = []
     for name, s in _systems_of(run, "paged").items():
         prefix = bool(s["allocator"].get("prefix_caching"))
