@@ -292,3 +292,12 @@ def test_an_absurd_mean_length_is_a_config_error_not_an_int64_overflow():
     with pytest.raises(ConfigError, match="output.mean: must be at most 2,147,483,648 tokens"):
         build_workload({**preset("sharegpt_like"), "num_requests": 20,
                         "output": {"mean": 1e19, "sigma": 0.5}}, seed=0, max_model_len=4096)
+
+
+def test_a_timestamp_going_backwards_names_the_row_it_goes_back_from(tmp_path):
+    """A jump forward (line 3, ten years on) makes the next rows go backwards: the message
+    names line 3 too, the row to fix."""
+    path = azure_file(tmp_path, "2023-11-16 18:15:46.0,10,5", "2033-11-16 18:15:47.0,10,5",
+                      "2023-11-16 18:15:48.0,10,5")
+    raises_at("azure_conv", path, 4, "TIMESTAMP",
+              "'2023-11-16 18:15:48.0' is earlier than line 3's '2033-11-16 18:15:47.0'")

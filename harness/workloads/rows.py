@@ -211,10 +211,16 @@ class RowParser:
         t = seconds[rows]
         running = np.maximum.accumulate(t)
         back = np.flatnonzero(t[1:] < running[:-1]) + 1
-        raw = self.table.columns[column]
+        if not back.size:
+            return
+        # the row holding the latest time so far: it may be the wrong one (a jump forward)
+        latest = np.maximum.accumulate(np.where(t == running, np.arange(t.size), 0))
+        raw, lines = self.table.columns[column], self.table.lines
         for i in back.tolist():
+            j = int(rows[latest[i - 1]])
             self.error(int(rows[i]), column, "timestamp goes backwards",
-                       f"{raw[rows[i]]!r} is earlier than a previous row's")
+                       f"{raw[rows[i]]!r} is earlier than line {lines[j]}'s {raw[j]!r} (or that "
+                       "one is wrong)")
 
     def resolve(self, tally: Tally) -> np.ndarray:
         """Raise for the first malformed row, or (on_error=skip) count and mask them out."""
