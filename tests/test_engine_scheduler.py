@@ -246,3 +246,11 @@ def test_the_last_prompt_token_alone_is_prefill():
     steps = run(make_requests([(1, 3), (9, 2)]), paged(block_size=4), spec).recorder.step_table()
     assert steps["num_batched_tokens"].tolist() == [8, 3, 2]
     assert steps["num_prefill_tokens"].tolist() == [8, 2, 0]
+
+
+def test_a_run_without_steps_has_every_memory_key_unmeasured():
+    steps = run(make_requests([(10, 5)]), paged()).recorder.step_table()
+    full = memory_summary(steps, 1024)
+    empty = memory_summary(steps.iloc[:0], 1024)
+    assert set(empty) == set(full)
+    assert {k for k, v in empty.items() if v is not None} == {"capacity_slots"}

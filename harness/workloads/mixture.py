@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.errors import ConfigError
 from harness.workloads.arrivals import generate_arrivals
+from harness.workloads.presets import PRESET_DIR, load_preset as read_preset
 from harness.workloads.registry import BuildContext, Draft, register
-from harness.workloads.spec import SyntheticSpec, check, to_plain
-
-PRESET_DIR = Path(__file__).resolve().parents[2] / "conf" / "workload"
+from harness.workloads.spec import SyntheticSpec, check
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,13 +40,7 @@ def load_preset(name: str, where: str) -> dict:
         known = sorted(p.stem for p in PRESET_DIR.glob("*.yaml")) if PRESET_DIR.is_dir() else []
         raise ConfigError(f"{where}.preset: no workload preset {name!r} in {PRESET_DIR}; known: "
                           f"{', '.join(known) or 'none'}. Or give the component's keys inline (kind: ...).")
-    from omegaconf import OmegaConf
-
-    node = to_plain(OmegaConf.load(path))
-    node.pop("defaults", None)  # a global preset (mooncake) also selects a model: not here
-    if "workload" in node and "kind" not in node:  # a global preset: its workload node
-        node = node["workload"]
-    return node
+    return read_preset(path)  # (of a global preset, such as mooncake: its workload node)
 
 
 def _merge(base: dict, override: dict) -> dict:
