@@ -6,6 +6,7 @@ import copy
 import csv
 import functools
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from omegaconf import OmegaConf
 from harness.workloads.presets import load_preset
 from harness.errors import ConfigError, InputError
 from harness.workloads import build_workload
+from harness.workloads.rows import _longest_ordered_run
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "workload"
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -84,6 +86,41 @@ def test_on_error_skip_skips_and_counts_by_reason(tmp_path):
     assert rows["skipped"] == {"total": 4, "by_reason": {
         "ContextTokens: not an integer": 1, "GeneratedTokens: negative or zero length": 1,
         "GeneratedTokens: missing": 1, "TIMESTAMP: timestamp goes backwards": 1}}
+
+
+JUMP = "2033-11-16 18:15:48.0,7,7"  # a mistyped year: ten years ahead of its neighbours
+
+
+def test_one_timestamp_jumping_ahead_costs_its_own_row_only(tmp_path):
+    later = ["2023-11-16 18:15:52.0,11,1", "2023-11-16 18:15:53.0,12,1", "2023-11-16 18:15:54.0,13,1"]
+    path = azure_file(tmp_path, *GOOD, JUMP, *later)
+    message = raises_at("azure_conv", path, 4, "TIMESTAMP", "timestamp jumps ahead")
+    assert "'2033-11-16 18:15:48.0' is later than line 5's '2023-11-16 18:15:52.0'" in message
+    workload = load("azure_conv", path, on_error="skip")
+    assert [r.prompt_len for r in workload.requests] == [374, 396, 11, 12, 13]
+    assert workload.summary["rows"]["skipped"] == {
+        "total": 1, "by_reason": {"TIMESTAMP: timestamp jumps ahead": 1}}
+
+
+def test_a_timestamp_going_back_names_the_kept_row_above_it(tmp_path):
+    path = azure_file(tmp_path, *GOOD, "2023-11-16 18:15:40.0,10,5", GOOD[1])
+    message = raises_at("azure_conv", path, 4, "TIMESTAMP", "timestamp goes backwards")
+    assert "'2023-11-16 18:15:40.0' is earlier than line 3's '2023-11-16 18:15:50.9951690'" in message
+
+
+def _ordered_runs_by_brute_force(times: list[int]) -> list[int]:
+    """The lexicographically first longest non-decreasing subsequence, by trying them all."""
+    for size in range(len(times), 0, -1):
+        for chosen in itertools.combinations(range(len(times)), size):
+            if all(times[a] <= times[b] for a, b in zip(chosen, chosen[1:])):
+                return list(chosen)
+    return []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 6), max_size=9))
+def test_the_rows_kept_are_the_first_longest_ordered_run(times):
+    assert _longest_ordered_run([float(t) for t in times]) == _ordered_runs_by_brute_force(times)
 
 
 def test_a_missing_column_names_the_header_line(tmp_path):

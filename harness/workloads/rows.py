@@ -2,7 +2,7 @@
 
 ``RowParser`` converts raw columns (``tables.Table``) to numpy arrays and
 remembers every malformed value: missing, not an integer, negative or zero
-length, a timestamp that goes backwards. ``resolve`` then either raises an
+length, a timestamp out of order. ``resolve`` then either raises an
 ``InputError`` for the first malformed row (file, line, field) or, with
 ``on_error=skip``, drops the malformed rows and counts them by reason.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from bisect import bisect_right
 from typing import Any, Sequence
 
 import numpy as np
@@ -201,26 +202,37 @@ class RowParser:
         return np.where(good, seconds, np.nan)
 
     def check_monotonic(self, column: str, seconds: np.ndarray) -> None:
-        """Rows whose timestamp is earlier than an earlier good row's are errors."""
+        """The fewest good rows whose timestamps put the others out of order are errors.
+
+        The rows kept are a longest run of non-decreasing timestamps (the earliest rows
+        where several runs are as long), so one mistyped time (a jump ahead, a step back)
+        costs its own row, not every row after it. A row left out either goes back
+        before the kept row above it or jumps ahead of the kept row below it.
+        """
         good = np.ones(self.num_rows, dtype=bool)
         if self.errors:
             good[list(self.errors)] = False
         rows = np.flatnonzero(good)
-        if rows.size < 2:
+        t = seconds[rows]  # [len(rows)]
+        if t.size < 2 or not (t[1:] < t[:-1]).any():
             return
-        t = seconds[rows]
-        running = np.maximum.accumulate(t)
-        back = np.flatnonzero(t[1:] < running[:-1]) + 1
-        if not back.size:
-            return
-        # the row holding the latest time so far: it may be the wrong one (a jump forward)
-        latest = np.maximum.accumulate(np.where(t == running, np.arange(t.size), 0))
+        kept = _longest_ordered_run(t.tolist())
         raw, lines = self.table.columns[column], self.table.lines
-        for i in back.tolist():
-            j = int(rows[latest[i - 1]])
-            self.error(int(rows[i]), column, "timestamp goes backwards",
-                       f"{raw[rows[i]]!r} is earlier than line {lines[j]}'s {raw[j]!r} (or that "
-                       "one is wrong)")
+        position = 0  # kept[position] is the first kept row after the current one
+        for i in range(t.size):
+            if position < len(kept) and kept[position] == i:
+                position += 1
+                continue
+            row = int(rows[i])
+            if position and t[i] < t[kept[position - 1]]:
+                above = int(rows[kept[position - 1]])
+                self.error(row, column, "timestamp goes backwards",
+                           f"{raw[row]!r} is earlier than line {lines[above]}'s {raw[above]!r}")
+            else:
+                below = int(rows[kept[position]])
+                self.error(row, column, "timestamp jumps ahead",
+                           f"{raw[row]!r} is later than line {lines[below]}'s {raw[below]!r}, "
+                           "and the rows after that one are in order")
 
     def resolve(self, tally: Tally) -> np.ndarray:
         """Raise for the first malformed row, or (on_error=skip) count and mask them out."""
@@ -238,6 +250,31 @@ class RowParser:
             tally.skipped[f"{field}: {kind}" if field else kind] += 1
         keep[list(self.errors)] = False
         return keep
+
+
+def _longest_ordered_run(times: list[float]) -> list[int]:
+    """Indices of a longest non-decreasing subsequence of ``times``: of all of them, the one
+    that keeps the earliest indices (compared index by index). O(n log n)."""
+    # longest[i]: the longest non-decreasing run starting at i (patience sorting from the right)
+    longest = [0] * len(times)
+    tails: list[float] = []  # tails[k]: the largest first value of a run of length k + 1
+    for i in range(len(times) - 1, -1, -1):
+        value = -times[i]  # a run read backwards does not increase: negated, it does not decrease
+        k = bisect_right(tails, value)
+        if k == len(tails):
+            tails.append(value)
+        else:
+            tails[k] = value
+        longest[i] = k + 1
+    need = len(tails)
+    kept: list[int] = []
+    for i, value in enumerate(times):  # greedy: the first row that still completes a longest run
+        if longest[i] == need and (not kept or value >= times[kept[-1]]):
+            kept.append(i)
+            need -= 1
+            if not need:
+                break
+    return kept
 
 
 def select(values: Sequence[Any], mask: np.ndarray) -> list[Any]:
