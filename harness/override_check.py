@@ -6,9 +6,11 @@ config use +blok_size=16": the wrong fix for a typo. Before Hydra composes anyth
 composition of ``conf/`` can hold, and names the closest valid key instead.
 
 It checks the first two levels only (``block_size``, ``engine.max_num_seqs``): deeper
-nodes may be free-form (the allocator catalog's systems, a study's workloads). Adding
-(``+key``), deleting (``~key``) and package overrides, and runs with another config
-directory, are left to Hydra.
+nodes may be free-form (the allocator catalog's systems, a study's workloads). A key of a
+config group's node is checked against the option the run selects (``workload=docqa``,
+or the default), unless an ``experiment`` may add keys to it: ``workload.input_column``
+is a key of ``workload=table``, not of ``docqa``. Adding (``+key``), deleting (``~key``)
+and package overrides, and runs with another config directory, are left to Hydra.
 """
 
 from __future__ import annotations
@@ -52,6 +54,46 @@ def config_keys(conf_dir: Path = CONF_DIR) -> tuple[frozenset[str], dict[str, fr
     return frozenset(top), {key: frozenset(keys) for key, keys in nested.items()}
 
 
+@lru_cache(maxsize=None)
+def option_keys(conf_dir: Path = CONF_DIR) -> dict[str, dict[str, frozenset[str]]]:
+    """For each config group (``experiment`` aside), the keys each option's node holds,
+    those of the options it extends (its defaults list names them) included."""
+    found: dict[str, dict[str, tuple[set[str], list[str]]]] = {}
+    for path in sorted(conf_dir.glob("*/*.yaml")):
+        group = path.parent.name
+        if group in ("hydra", "experiment"):
+            continue
+        text = path.read_text()
+        body = yaml.safe_load(text) or {}
+        if not isinstance(body, dict):
+            continue
+        bases = [entry for entry in body.pop("defaults", None) or ()
+                 if isinstance(entry, str) and entry != "_self_"]
+        if text.lstrip().startswith(GLOBAL_PACKAGE):
+            node = body.get(group)
+            body = node if isinstance(node, dict) else {}
+        found.setdefault(group, {})[path.stem] = (set(body), bases)
+
+    def keys_of(group: str, option: str, seen: frozenset[str]) -> set[str]:
+        own, bases = found[group][option]
+        keys = set(own)
+        for base in bases:
+            if base in found[group] and base not in seen:
+                keys |= keys_of(group, base, seen | {option})
+        return keys
+
+    return {group: {option: frozenset(keys_of(group, option, frozenset())) for option in options}
+            for group, options in found.items()}
+
+
+@lru_cache(maxsize=None)
+def default_options(conf_dir: Path = CONF_DIR) -> dict[str, str]:
+    """The option of each group that ``config.yaml``'s defaults list selects."""
+    body = yaml.safe_load((conf_dir / "config.yaml").read_text()) or {}
+    return {group: option for entry in body.get("defaults") or () if isinstance(entry, dict)
+            for group, option in entry.items() if isinstance(option, str)}
+
+
 def unknown_override(overrides: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """The error message for the first plain ``key=value`` override (sweeps included) whose
     key no composition of ``conf_dir`` has, or None (also when Hydra cannot parse them:
@@ -64,6 +106,13 @@ def unknown_override(overrides: list[str], conf_dir: Path = CONF_DIR) -> str | N
     except Exception:  # noqa: BLE001 - a syntax error: Hydra's message names it
         return None
     top, nested = config_keys(conf_dir)
+    groups = option_keys(conf_dir)
+    chosen = dict.fromkeys(groups)  # group -> the options the run selects (None: the default)
+    for override in parsed:
+        if override.type == OverrideType.CHANGE and override.key_or_group in (*groups, "experiment"):
+            values = (list(override.sweep_string_iterator()) if override.is_sweep_override()
+                      else [override.value()])
+            chosen[override.key_or_group] = [str(value) for value in values]
     for override in parsed:
         if override.type != OverrideType.CHANGE or override.package is not None:
             continue
@@ -73,9 +122,23 @@ def unknown_override(overrides: list[str], conf_dir: Path = CONF_DIR) -> str | N
         if parts[0] not in top:
             return (f"{parts[0]}: unknown top-level key.{did_you_mean(parts[0], top)} Valid keys: "
                     f"{', '.join(sorted(top - {'hydra'}))}{hint}")
-        if len(parts) > 1 and "/" not in key and parts[0] in nested:
-            valid = nested[parts[0]]
-            if parts[1] not in valid:
-                return (f"{parts[0]}.{parts[1]}: unknown key.{did_you_mean(parts[1], valid)} "
-                        f"Valid keys: {', '.join(sorted(valid))}{hint}")
+        if len(parts) < 2 or "/" in key or parts[0] not in nested:
+            continue
+        group, sub = parts[0], parts[1]
+        options = groups.get(group, {})
+        selected = chosen.get(group) or [default_options(conf_dir).get(group)]
+        if chosen.get("experiment") in (None, ["null"]) and all(o in options for o in selected):
+            for option in selected:  # NOTE: an experiment may add keys to the group's node
+                keys = options[option]
+                if sub in keys:
+                    continue
+                owners = sorted(name for name, other in options.items() if sub in other)
+                what = (f"{group}={option} has no such key (it is a key of "
+                        f"{group}={', '.join(owners)})." if owners else "unknown key.")
+                return (f"{group}.{sub}: {what}{did_you_mean(sub, keys)} Keys of "
+                        f"{group}={option}: {', '.join(sorted(keys))}{hint}")
+        elif sub not in nested[group]:
+            valid = nested[group]
+            return (f"{group}.{sub}: unknown key.{did_you_mean(sub, valid)} "
+                    f"Valid keys: {', '.join(sorted(valid))}{hint}")
     return None

@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness.override_check import CONF_DIR, unknown_override
+from harness.override_check import CONF_DIR, option_keys, unknown_override
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 WORKLOADS = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))
@@ -55,3 +55,31 @@ def test_overrides(override, message):
 def test_the_first_unknown_key_is_named():
     found = unknown_override(["block_size=8", "sede=1", "blok_size=16"])
     assert found.startswith("sede: unknown top-level key. Did you mean 'seed'?")
+
+
+@pytest.mark.parametrize("group, option", [("workload", w) for w in WORKLOADS]
+                         + [("engine", e.stem) for e in sorted((CONF_DIR / "engine").glob("*.yaml"))])
+def test_the_keys_of_each_option_are_those_hydra_composes(group, option):
+    assert option_keys()[group][option] == set(_composed(f"{group}={option}")[group])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["workload.input_column=x"], "workload.input_column: workload=docqa has no such key (it is a "
+                                  "key of workload=sharegpt_lengths, table). Keys of workload=docqa: "),
+    (["workload=chat", "workload.num_documents=3"], "workload=chat has no such key (it is a key of "
+                                                    "workload=docqa)"),
+    (["workload=chat", "workload.turn=3"], "workload.turn: unknown key. Did you mean 'turns'? Keys "
+                                           "of workload=chat: "),
+    (["workload=docqa,table", "workload.input_column=x"], "workload=docqa has no such key"),
+    (["engine.device=cpu"], "engine.device: engine=sim has no such key (it is a key of engine=torch)"),
+    (["workload=table", "workload.input_column=x"], None),
+    (["engine=torch", "engine.device=cpu"], None),
+    (["experiment=rate_sweep", "workload.input_column=x"], None),  # an experiment may add keys
+    (["workload=nosuch", "workload.input_column=x"], None),  # Hydra names the unknown option
+])
+def test_a_key_of_another_option_names_the_options_that_have_it(overrides, message):
+    found = unknown_override(overrides)
+    if message is None:
+        assert found is None
+    else:
+        assert found is not None and message in found, found
