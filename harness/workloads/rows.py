@@ -231,8 +231,8 @@ class RowParser:
             else:
                 below = int(rows[kept[position]])
                 self.error(row, column, "timestamp jumps ahead",
-                           f"{raw[row]!r} is later than line {lines[below]}'s {raw[below]!r}, "
-                           "and the rows after that one are in order")
+                           f"{raw[row]!r} is later than line {lines[below]}'s {raw[below]!r}, the "
+                           "next row in order")
 
     def resolve(self, tally: Tally) -> np.ndarray:
         """Raise for the first malformed row, or (on_error=skip) count and mask them out."""
@@ -257,7 +257,7 @@ def _longest_ordered_run(times: list[float]) -> list[int]:
     that keeps the earliest indices (compared index by index). O(n log n)."""
     # longest[i]: the longest non-decreasing run starting at i (patience sorting from the right)
     longest = [0] * len(times)
-    tails: list[float] = []  # tails[k]: the largest first value of a run of length k + 1
+    tails: list[float] = []  # tails[k]: minus the latest time starting an ordered run of k + 1
     for i in range(len(times) - 1, -1, -1):
         value = -times[i]  # a run read backwards does not increase: negated, it does not decrease
         k = bisect_right(tails, value)
