@@ -22,6 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness.config import wants_report
 from harness.errors import ConfigError, PagebenchError
 from harness.rejections import SERVED_NOTHING
 from harness.results import (atomic_write_text, config_hash, existing_complete_results,
@@ -45,11 +46,16 @@ def main(cfg: DictConfig) -> None:
         except OmegaConfBaseException as exc:  # a missing '???' value, a broken ${...}
             raise PagebenchError(f"config: {exc}".splitlines()[0]) from None
         mode = cfg.get("run", "serve")
+        report = wants_report(cfg)
         if mode != "kernels" and not os.environ.get("PAGEBENCH_RERUN"):
             done = existing_complete_results(out_dir, cfg_hash)
             if done is not None:
                 print(f"skipped: {done} already holds complete results for this resolved config "
                       "(set PAGEBENCH_RERUN=1 to run again)", file=sys.stderr)
+                if report and mode == "serve" and not (out_dir / "report.html").exists():
+                    from reports.render import render_run_report
+
+                    print(f"report: {render_run_report(out_dir)}", file=sys.stderr)
                 return
         previous = set_aside_previous_run(out_dir)
         if previous is not None:
@@ -66,9 +72,10 @@ def main(cfg: DictConfig) -> None:
 
             spec = OmegaConf.to_container(cfg.kernel_bench, resolve=True)
             run_kernel_benchmark(prefer_explicit(spec, _overridden_keys("kernel_bench")), out_dir)
-            from reports.render import render_run_report
+            if report:
+                from reports.render import render_run_report
 
-            render_run_report(out_dir)  # report.html with the kernels section
+                render_run_report(out_dir)  # report.html with the kernels section
             return
         from harness.run import run_serving
 

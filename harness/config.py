@@ -301,6 +301,15 @@ class SystemSpec:
 _NESTED = {("EngineSpec", "cost"): CostSpec, ("HardwareSpec", "fitted"): FittedCostSpec}
 
 
+def wants_report(cfg: Mapping[str, Any]) -> bool:
+    """The top-level ``report`` key: whether the run writes report.html (default true)."""
+    report = cfg.get("report", True)
+    if not isinstance(report, bool):
+        raise ConfigError(f"report: must be true or false, got {report!r} (report=false skips "
+                          "report.html; python -m reports DIR renders it later)")
+    return report
+
+
 def validate_block_size(value: Any) -> int:
     """The top-level block_size: a positive integer."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

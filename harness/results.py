@@ -95,7 +95,7 @@ def read_results(path: Path) -> dict:
 
 
 # Config keys that cannot change results (they are left out of the hash).
-DISPLAY_ONLY_KEYS = ("progress", "jobs")  # how a run is shown and spread, not what it computes
+DISPLAY_ONLY_KEYS = ("progress", "jobs", "report")  # how a run is shown, spread and reported, not what it computes
 
 
 def _input_files(node: Any) -> list[str]:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from harness import __version__
 from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, build_spec,
-                            select_systems, validate_block_size)
+                            select_systems, validate_block_size, wants_report)
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
 from harness.engine.executors import executor_capacity_slots, make_executor
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from harness.workloads import Workload
 
 TOP_LEVEL_KEYS = {"workload", "model", "hardware", "engine", "allocator", "run", "block_size",
-                  "seed", "systems", "progress", "jobs", "kernel_bench", "experiment"}
+                  "seed", "systems", "progress", "jobs", "report", "kernel_bench", "experiment"}
 # How often the parent looks for Ctrl-C while worker processes run.
 _POLL_S = 0.2
 
@@ -123,6 +123,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
             "engine.chunked_prefill=true")
     systems = select_systems(cfg.systems, cfg.allocator, block_size)
     jobs = resolve_jobs(cfg.get("jobs", "auto"), engine.executor, len(systems))
+    report = wants_report(cfg)
     # torch: from the real device (weights + profiled activations); sim: the hardware profile
     capacity = executor_capacity_slots(model, hardware, engine, max_model_len=max_model_len,
                                        seed=seed)
@@ -187,11 +188,13 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
         write_table(out_dir / "nvml_samples.csv", pd.DataFrame(telemetry_rows))
     write_json(out_dir / "results.json", results)
     write_json(out_dir / "run_info.json", run_info)
-    from reports.render import render_run_report
+    if report:
+        from reports.render import render_run_report
 
-    render_run_report(out_dir)
+        render_run_report(out_dir)
     print(f"wall time {run_info['wall_time_s']:.2f} s; results in {out_dir}", file=sys.stderr)
     return results
+
 
 
 def _merge_outcomes(systems: list[SystemSpec], outcomes: dict[str, SystemOutcome],

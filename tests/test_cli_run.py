@@ -98,3 +98,18 @@ def test_the_console_says_what_the_workload_left_out():
         "30 requests dropped: longer than max_model_len=4096 (workload.clip=truncate keeps them, "
         "shortened)"]
     assert _workload_notes({}, 4096) == []
+
+
+def test_report_false_skips_the_report_and_a_rerun_renders_it_without_running(tmp_path):
+    small = ("workload=docqa", "workload.num_requests=20", "systems=[paged,max]")
+    proc = run_cli(tmp_path, *small, "report=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "results.json").is_file() and not (tmp_path / "report.html").exists()
+    results = (tmp_path / "results.json").read_text()
+    proc = run_cli(tmp_path, *small)  # the same results (report is not part of the job's identity)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "skipped:" in proc.stderr and f"report: {tmp_path / 'report.html'}" in proc.stderr
+    assert (tmp_path / "report.html").is_file()
+    assert (tmp_path / "results.json").read_text() == results
+    proc = run_cli(tmp_path, *small, "report=maybe")
+    assert proc.returncode == 2 and "report: must be true or false, got 'maybe'" in proc.stderr
