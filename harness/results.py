@@ -94,8 +94,9 @@ def read_results(path: Path) -> dict:
     return data
 
 
-# Config keys that cannot change results (they are left out of the hash).
-DISPLAY_ONLY_KEYS = ("progress", "jobs", "report")  # how a run is shown, spread and reported, not what it computes
+# Config keys that cannot change results (they are left out of the hash): how a run is
+# shown, spread over processes and reported, not what it computes.
+DISPLAY_ONLY_KEYS = ("progress", "jobs", "report")
 
 
 def _input_files(node: Any) -> list[str]:
