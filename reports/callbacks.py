@@ -24,7 +24,9 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from reports.sweep import FAILED_MARKER, collect_jobs, expected_jobs, render_sweep_report
+# NOTE: reports.sweep (matplotlib, pandas) is imported when a sweep needs it: every run,
+# a single one included, instantiates this callback, and a run with report=false (or one
+# refused for a config error) never draws anything.
 
 
 def _sweep_dir(config: DictConfig) -> Path | None:
@@ -71,6 +73,8 @@ class SweepReportCallback(Callback):
         sweep_dir = _sweep_dir(config)
         if sweep_dir is None:
             return
+        from reports.sweep import FAILED_MARKER, collect_jobs, expected_jobs
+
         failed = job_return.status == JobStatus.FAILED
         if failed:
             error = job_return._return_value  # the exception (return_value would re-raise it)
@@ -115,6 +119,8 @@ class SweepReportCallback(Callback):
     @staticmethod
     def _render(sweep_dir: Path) -> None:
         try:
+            from reports.sweep import render_sweep_report
+
             out = render_sweep_report(sweep_dir)
         except Exception as exc:  # noqa: BLE001 - the jobs' results are safe; say how to retry
             print(f"sweep report not written ({exc}); retry with: python -m reports {sweep_dir}",

@@ -15,7 +15,8 @@ from pathlib import Path
 from harness.results import atomic_write_text
 from reports import figures as F
 from reports.claims import FAILS, HOLDS, evaluate_claims
-from reports.html import absent, esc, figure, fmt, page, table
+from reports.figure_batch import PendingFigure, resolve
+from reports.html import absent, esc, fmt, page, table
 from reports.metrics import energy_per_token_j, waste_pct
 from reports.rundata import RunData, load_run
 from reports.telemetry import telemetry_figure
@@ -146,43 +147,45 @@ def _header(run: RunData) -> list[str]:
     return parts
 
 
-def _memory_section(run: RunData, colors: dict[str, str]) -> list[str]:
+def _memory_section(run: RunData, colors: dict[str, str]) -> list[str | PendingFigure]:
     systems, steps = run.systems, run.steps
     parts = ["<h2 id='memory'>Memory</h2>"]
     if not systems:
         return parts + [absent("Serving memory")]
-    parts.append(figure(F.to_data_uri(F.breakdown_bars(systems)), "memory breakdown per system",
-                        "Time-averaged share of the KV pool in each category. Internal "
-                        "fragmentation is split into policy over-reservation and allocator "
-                        "rounding (buddy power-of-two, the tail of a last block)."))
+    parts.append(PendingFigure(lambda: F.breakdown_bars(systems), "memory breakdown per system",
+                               "Time-averaged share of the KV pool in each category. Internal "
+                               "fragmentation is split into policy over-reservation and "
+                               "allocator rounding (buddy power-of-two, the tail of a last "
+                               "block)."))
     header, rows = memory_rows(systems)
     parts.append(table(header, rows, text_columns=(0,), css_id="memory-table"))
     capacity = {n: systems[n]["memory"]["capacity_slots"] for n in systems}
     if steps:
-        parts.append(figure(F.to_data_uri(F.memory_timelines(steps, capacity)), "memory over time",
-                            "Each category's share of the pool at every step (the memory the step "
-                            "ran with), one panel per system; the averages above weight steps by "
-                            "their duration."))
+        parts.append(PendingFigure(
+            lambda: F.memory_timelines(steps, capacity), "memory over time",
+            "Each category's share of the pool at every step (the memory the step ran with), "
+            "one panel per system; the averages above weight steps by their duration."))
         scale = {n: 100.0 / capacity[n] for n in steps}
-        parts.append(figure(F.to_data_uri(F.line_over_time(
+        parts.append(PendingFigure(lambda: F.line_over_time(
             steps, "largest_free_extent", "largest free extent (% of pool)",
-            "Largest free extent (room for one new contiguous request)", colors, scale)),
+            "Largest free extent (room for one new contiguous request)", colors, scale),
             "largest free extent over time",
             "The largest run of free slots a contiguous reservation could take; for a paged "
             "pool any free block will do, so it equals the free memory."))
-        parts.append(figure(F.to_data_uri(_usage_over_time(steps, scale, colors)),
-                            "block-level vs token-level usage over time",
-                            "Allocated slots (block level) over slots holding a token's KV (token "
-                            "level); the band between them is allocated memory without token state."))
+        parts.append(PendingFigure(
+            lambda: _usage_over_time(steps, scale, colors),
+            "block-level vs token-level usage over time",
+            "Allocated slots (block level) over slots holding a token's KV (token level); the "
+            "band between them is allocated memory without token state."))
     else:
         parts.append(absent("Per-step timelines (no steps_<system> tables)"))
-    parts.append(figure(F.to_data_uri(F.panel_bars(systems, [
+    parts.append(PendingFigure(lambda: F.panel_bars(systems, [
         ("block-level usage (% of pool)", lambda s: s["memory"].get("block_level_usage_pct")),
         ("token-level usage (% of pool)", lambda s: s["memory"].get("token_level_usage_pct")),
         ("sharing savings (% of logical)", lambda s: s["memory"].get("sharing_savings_pct")),
         ("prefix-cache hit rate (%)",
          lambda s: 100.0 * ((s.get("prefix_cache") or {}).get("hit_rate") or 0.0)),
-    ], "Usage, sharing and prefix caching (time-averaged)", colors)),
+    ], "Usage, sharing and prefix caching (time-averaged)", colors),
         "usage, sharing savings and prefix-cache hit rate per system",
         "Sharing savings = 1 - physical / logical token slots (a shared slot counted once per "
         "sharer); the hit rate counts prompt tokens served from the prefix cache, re-admissions "
@@ -214,34 +217,34 @@ def _usage_over_time(steps, scale, colors):
     return fig
 
 
-def _serving_section(run: RunData, colors: dict[str, str]) -> list[str]:
+def _serving_section(run: RunData, colors: dict[str, str]) -> list[str | PendingFigure]:
     systems, steps = run.systems, run.steps
     parts = ["<h2 id='serving'>Serving</h2>"]
     if not systems:
         return parts + [absent("Serving")]
-    parts.append(figure(F.to_data_uri(F.panel_bars(systems, [
+    parts.append(PendingFigure(lambda: F.panel_bars(systems, [
         ("requests/s", lambda s: s["throughput"]["requests_per_s"]),
         ("output tokens/s", lambda s: s["throughput"]["output_tokens_per_s"]),
         ("mean batch (sequences)", lambda s: s["batch"]["mean_seqs"]),
-    ], "Throughput and batch size", colors)), "throughput per system",
+    ], "Throughput and batch size", colors), "throughput per system",
         "Finished requests and their output tokens per second of simulated (or measured) "
         "time, and the mean number of sequences per step."))
     if steps:
-        parts.append(figure(F.to_data_uri(F.line_over_time(
-            steps, "num_seqs", "running sequences", "Batch size over time", colors)),
+        parts.append(PendingFigure(lambda: F.line_over_time(
+            steps, "num_seqs", "running sequences", "Batch size over time", colors),
             "batch size over time", "Sequences computed in each step."))
-    parts.append(figure(F.to_data_uri(F.latency_percentiles(systems, colors)),
-                        "latency percentiles",
-                        "Percentiles over finished requests; the table below lists them."))
+    parts.append(PendingFigure(lambda: F.latency_percentiles(systems, colors),
+                               "latency percentiles",
+                               "Percentiles over finished requests; the table below lists them."))
     header, rows = latency_rows(systems)
     parts.append("<h3>Latency (seconds; normalized = end-to-end / output tokens, s/token)</h3>")
     parts.append(table(header, rows, digits=4, css_id="latency-table"))
     finished = {n: f for n, f in run.requests.items() if (f["status"] == "finished").any()}
     if finished:
-        parts.append(figure(F.to_data_uri(F.latency_cdf(finished, colors)),
-                            "normalized latency distribution",
-                            "Distribution of end-to-end latency / output tokens over finished "
-                            "requests (the metric of the PagedAttention paper's Fig. 12)."))
+        parts.append(PendingFigure(
+            lambda: F.latency_cdf(finished, colors), "normalized latency distribution",
+            "Distribution of end-to-end latency / output tokens over finished requests (the "
+            "metric of the PagedAttention paper's Fig. 12)."))
     parts.append("<h3>Preemptions, swaps and rejections</h3>")
     rows = [[n, s["preemptions"], s.get("swaps", 0), s["requests"]["rejected"],
              s["requests"].get("unfinished", 0),
@@ -253,9 +256,9 @@ def _serving_section(run: RunData, colors: dict[str, str]) -> list[str]:
     if executor_table:
         parts.append("<h3>Executor measurements (real model and KV tensors)</h3>" + executor_table)
     if steps and any(int(f["num_preempted"].sum()) for f in steps.values()):
-        parts.append(figure(F.to_data_uri(F.line_over_time(
+        parts.append(PendingFigure(lambda: F.line_over_time(
             steps, "num_preempted", "preemptions so far (count)", "Preemptions over time", colors,
-            cumulative=True)), "preemptions over time",
+            cumulative=True), "preemptions over time",
             "Requests preempted so far (recompute or swap), counted at the step that evicts them."))
     return parts
 
@@ -290,7 +293,7 @@ def _executor_table(systems: dict[str, dict]) -> str | None:
                  css_id="executor-table")
 
 
-def _kernel_section(run: RunData) -> list[str]:
+def _kernel_section(run: RunData) -> list[str | PendingFigure]:
     parts = ["<h2 id='kernels'>Kernels</h2>"]
     if run.kernel_results is None:
         return parts + [absent("Kernel benchmarks (no kernel_results.json)")]
@@ -308,9 +311,10 @@ def _kernel_section(run: RunData) -> list[str]:
         parts.append("<p class='note'>The kernel figures could not be drawn (see the render "
                      "log); the kernel results are listed below.</p>")
     for i, fig in enumerate(figs):
-        parts.append(figure(F.to_data_uri(fig), f"kernel figure {i + 1}",
-                            "Decode attention with and without the block table (same Triton "
-                            "kernel) and the reference paths; the table below has the numbers."))
+        parts.append(PendingFigure(
+            lambda fig=fig: fig, f"kernel figure {i + 1}",
+            "Decode attention with and without the block table (same Triton kernel) and the "
+            "reference paths; the table below has the numbers."))
     summary = run.kernel_results.get("summary")
     if isinstance(summary, dict) and summary and all(isinstance(v, dict) for v in summary.values()):
         rows = []
@@ -332,7 +336,7 @@ def _kernel_section(run: RunData) -> list[str]:
     return parts
 
 
-def _telemetry_section(run: RunData, colors: dict[str, str]) -> list[str]:
+def _telemetry_section(run: RunData, colors: dict[str, str]) -> list[str | PendingFigure]:
     parts = ["<h2 id='telemetry'>GPU telemetry</h2>"]
     energy = {n: energy_per_token_j(s) for n, s in run.systems.items()}
     energy = {n: v for n, v in energy.items() if v is not None}
@@ -345,8 +349,8 @@ def _telemetry_section(run: RunData, colors: dict[str, str]) -> list[str]:
     if run.nvml is not None:
         fig = telemetry_figure(run.nvml, colors)
         if fig is not None:
-            parts.append(figure(F.to_data_uri(fig), "GPU telemetry over time",
-                                f"{len(run.nvml):,} samples from {run.nvml_path.name}"))
+            parts.append(PendingFigure(lambda: fig, "GPU telemetry over time",
+                                       f"{len(run.nvml):,} samples from {run.nvml_path.name}"))
         else:
             parts.append(f"<p class='note'>{esc(run.nvml_path.name)} has no time column or no "
                          "numeric samples.</p>")
@@ -432,5 +436,5 @@ def render_run_report(run_dir: Path) -> Path:
     parts += _claims_section(run)
     parts += _workload_section(run)
     out = Path(run_dir) / "report.html"
-    atomic_write_text(out, page("pagebench report", parts))
+    atomic_write_text(out, page("pagebench report", resolve(parts)))
     return out

@@ -1,0 +1,83 @@
+"""A report's figures, drawn together: in several processes when that pays.
+
+Drawing is most of a report's time (a PNG takes 0.15-0.7 s, mostly matplotlib's text
+and layout work), and each figure is independent of the others. Sections therefore
+put a ``PendingFigure`` (how to build the figure, its alt text and caption) where the
+figure goes; ``resolve`` then draws them all, in forked worker processes (up to one
+per CPU) when forking is safe, else one after the other, and puts each ``<figure>``
+in its place. The PNGs are the same either way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from matplotlib.figure import Figure
+
+from reports.figures import to_data_uri
+from reports.html import figure
+
+MIN_PARALLEL = 4  # fewer figures are drawn in this process (a worker costs ~50 ms to start)
+
+# The builders being drawn: forked workers inherit this list and get only an index
+# (builders are often closures, which do not pickle).
+_BUILDERS: list[Callable[[], Figure]] = []
+
+
+@dataclass(frozen=True)
+class PendingFigure:
+    """A figure of the page, drawn by ``resolve``."""
+
+    build: Callable[[], Figure]  # makes the figure (in a worker process, maybe)
+    alt: str
+    caption: str | None = None
+
+
+def resolve(parts: list[str | PendingFigure]) -> list[str]:
+    """``parts`` with every ``PendingFigure`` drawn into its ``<figure>`` HTML, in order."""
+    pending = [part for part in parts if isinstance(part, PendingFigure)]
+    uris = iter(draw([part.build for part in pending]))
+    return [figure(next(uris), part.alt, part.caption) if isinstance(part, PendingFigure)
+            else part for part in parts]
+
+
+def draw(builders: list[Callable[[], Figure]]) -> list[str]:
+    """Each builder's figure as a PNG data URI (``figures.to_data_uri``), in order."""
+    workers = parallel_workers(len(builders))
+    if workers < 2:
+        return [to_data_uri(build()) for build in builders]
+    global _BUILDERS
+    _BUILDERS = builders
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            return list(pool.map(_draw_one, range(len(builders))))
+    finally:
+        _BUILDERS = []
+
+
+def _draw_one(index: int) -> str:
+    return to_data_uri(_BUILDERS[index]())
+
+
+def parallel_workers(num_figures: int) -> int:
+    """How many processes to draw ``num_figures`` figures in: 1 (this one) unless there are
+    enough figures, several CPUs, and forking is safe here.
+
+    Safe means: fork exists (not on Windows or macOS's default), only this thread runs
+    (a fork copies a lock another thread may hold), torch is not loaded (its thread pools
+    are such threads) and this is not a daemonic worker (which may not have children).
+    """
+    if num_figures < MIN_PARALLEL:
+        return 1
+    if ("fork" not in multiprocessing.get_all_start_methods() or threading.active_count() != 1
+            or "torch" in sys.modules or multiprocessing.current_process().daemon):
+        return 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cpus or 1, num_figures))

@@ -1,0 +1,67 @@
+"""Drawing a report's figures in worker processes: same page, errors surface, safe fallback."""
+
+from __future__ import annotations
+
+import threading
+
+import matplotlib.pyplot as plt
+import pytest
+
+import reports.figure_batch as FB
+from reports.figure_batch import PendingFigure, parallel_workers, resolve
+from reports.render import render_run_report
+from test_report import small_run
+
+
+def _line(value: float):
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1], [0, value])
+    return fig
+
+
+def _broken():
+    raise ValueError("no data for this figure")
+
+
+@pytest.fixture
+def two_workers(monkeypatch):
+    """Draw in two forked workers from the first figure on, whatever this machine has."""
+    monkeypatch.setattr(FB, "MIN_PARALLEL", 1)
+    monkeypatch.setattr(FB, "parallel_workers", lambda n: 2)
+
+
+def test_resolve_puts_each_figure_in_its_place(two_workers):
+    parts = ["<h2>a</h2>", PendingFigure(lambda: _line(1.0), "one", "first"), "<p>b</p>",
+             PendingFigure(lambda: _line(2.0), "two")]
+    page = resolve(parts)
+    assert page[0] == "<h2>a</h2>" and page[2] == "<p>b</p>"
+    assert page[1].startswith("<figure><img alt='one' src='data:image/png;base64,")
+    assert page[1].endswith("<figcaption>first</figcaption></figure>")
+    assert "alt='two'" in page[3] and "figcaption" not in page[3]
+    assert page[1] != page[3]
+
+
+def test_a_failing_figure_raises_its_own_error_from_the_worker(two_workers):
+    with pytest.raises(ValueError, match="no data for this figure"):
+        resolve([PendingFigure(lambda: _line(1.0), "ok"), PendingFigure(_broken, "broken")])
+
+
+def test_the_report_is_byte_identical_drawn_in_workers_or_here(tmp_path, monkeypatch):
+    run_dir = small_run(tmp_path / "run", "report=false")
+    monkeypatch.setattr(FB, "parallel_workers", lambda n: 1)
+    here = render_run_report(run_dir).read_bytes()
+    monkeypatch.setattr(FB, "parallel_workers", lambda n: 2)
+    assert render_run_report(run_dir).read_bytes() == here
+    assert here.count(b"<figure>") >= FB.MIN_PARALLEL
+
+
+def test_few_figures_or_another_thread_keep_drawing_here():
+    assert parallel_workers(FB.MIN_PARALLEL - 1) == 1
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert parallel_workers(100) == 1  # a fork would copy locks that thread may hold
+    finally:
+        stop.set()
+        other.join()
