@@ -191,7 +191,13 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     if report:
         from reports.render import render_run_report
 
-        render_run_report(out_dir)
+        try:
+            render_run_report(out_dir)
+        except KeyboardInterrupt:
+            again = "the same command again (or " if results["complete"] else "("
+            print(f"report.html not drawn; the results are written: {again}python -m reports "
+                  f"{out_dir}) draws it", file=sys.stderr)
+            raise
     print(f"wall time {run_info['wall_time_s']:.2f} s; results in {out_dir}", file=sys.stderr)
     return results
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Callable
 
@@ -56,8 +58,19 @@ def draw(builders: list[Callable[[], Figure]]) -> list[str]:
     _BUILDERS = builders
     try:
         context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            return list(pool.map(_draw_one, range(len(builders))))
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                   initializer=signal.signal,
+                                   initargs=(signal.SIGINT, signal.SIG_IGN))
+        try:
+            uris = list(pool.map(_draw_one, range(len(builders))))
+        except BrokenProcessPool:  # a worker died (killed, out of memory): draw them here
+            pool.shutdown(wait=False)
+            return [to_data_uri(build()) for build in builders]
+        except BaseException:  # Ctrl-C (workers ignore it: this process says "interrupted")
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        return uris
     finally:
         _BUILDERS = []
 

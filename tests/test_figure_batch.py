@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import matplotlib.pyplot as plt
@@ -65,3 +66,31 @@ def test_few_figures_or_another_thread_keep_drawing_here():
     finally:
         stop.set()
         other.join()
+
+
+def test_a_worker_that_dies_leaves_the_figures_to_this_process(two_workers):
+    parent = os.getpid()
+
+    def dies_in_a_worker():
+        if os.getpid() != parent:
+            os._exit(1)  # as a worker killed for memory would
+        return _line(3.0)
+
+    page = resolve([PendingFigure(lambda: _line(1.0), "one"), PendingFigure(dies_in_a_worker, "two")])
+    assert [part.startswith("<figure><img alt=") for part in page] == [True, True]
+
+
+def test_ctrl_c_while_drawing_keeps_the_results_and_says_how_to_draw_them(tmp_path, monkeypatch,
+                                                                           capsys):
+    import reports.render
+
+    def interrupted(run_dir):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reports.render, "render_run_report", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        small_run(tmp_path / "run")
+    assert (tmp_path / "run" / "results.json").is_file()
+    assert not (tmp_path / "run" / "report.html").exists()
+    assert (f"report.html not drawn; the results are written: the same command again (or python "
+            f"-m reports {tmp_path / 'run'}) draws it") in capsys.readouterr().err
