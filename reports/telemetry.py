@@ -8,7 +8,6 @@ temperature, energy). Unknown numeric columns get a panel of their own.
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -78,8 +77,9 @@ def telemetry_figure(frame: pd.DataFrame, colors: dict[str, str]) -> Figure | No
         times = times - np.nanmin(times)
     frame = frame.assign(_t=times)
     groups = list(frame.groupby("system", sort=False)) if "system" in frame.columns else [(None, frame)]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.9 * len(panels) + 0.8), sharex=True,
-                             squeeze=False, layout="constrained")
+    # NOTE: not a pyplot figure: the report may draw (and close) it in a worker process
+    fig = Figure(figsize=(8, 1.9 * len(panels) + 0.8), layout="constrained")
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)
     styles = ["-", "--", ":", "-."]
     for ax, (label, columns) in zip(axes[:, 0], panels.items()):
         for system, sub in groups:

@@ -6,6 +6,7 @@ import os
 import threading
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 
 import reports.figure_batch as FB
@@ -49,11 +50,14 @@ def test_a_failing_figure_raises_its_own_error_from_the_worker(two_workers):
 
 def test_the_report_is_byte_identical_drawn_in_workers_or_here(tmp_path, monkeypatch):
     run_dir = small_run(tmp_path / "run", "report=false")
+    pd.DataFrame({"time_s": [0.0, 0.1, 0.2], "power_w": [300.0, 420.0, 410.0],
+                  "system": ["paged"] * 3}).to_csv(run_dir / "nvml_samples.csv", index=False)
     monkeypatch.setattr(FB, "parallel_workers", lambda n: 1)
     here = render_run_report(run_dir).read_bytes()
     monkeypatch.setattr(FB, "parallel_workers", lambda n: 2)
     assert render_run_report(run_dir).read_bytes() == here
-    assert here.count(b"<figure>") >= FB.MIN_PARALLEL
+    assert here.count(b"<figure>") >= FB.MIN_PARALLEL and b"GPU telemetry over time" in here
+    assert plt.get_fignums() == []  # none left open here by the figures the workers drew
 
 
 def test_few_figures_or_another_thread_keep_drawing_here():
