@@ -1,0 +1,242 @@
+"""How much of a simulated run is the paged KV manager: record its calls, replay them alone.
+
+    python benchmarks/cpu/manager_replay.py record calls.pkl workload=azure_conv \\
+        workload.path=../shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv
+    python benchmarks/cpu/manager_replay.py replay calls.pkl --rounds 3 [--out figures.json]
+
+``record`` runs the ``paged`` system (or ``--system``) through the real engine on the sim
+executor, in this process, twice: once as it is, timed (CPU seconds), and once with every
+call the engine makes to its ``PagedKVCacheManager`` recorded, each with its arguments and
+its result. ``replay`` makes a fresh manager, makes the same calls in the same order,
+checks every result against the recorded one and reports the CPU seconds per method
+(medians over ``--rounds``) beside the whole run's: the manager's share of the run.
+
+A faster manager (a compiled block pool, say) must give the same results on the same
+calls: ``--manager module:Class`` replays against it. NOTE: prefix-cache key values use
+Python's per-process ``hash()``, so calls that return keys are compared by what does not
+depend on them (how many, or whether there is one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pickle
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
+
+# method -> which positional arguments are token ids (recorded once per distinct array)
+TOKEN_ARGS = {"admit": (1,), "append": (1,), "cached_prefix_tokens": (0,),
+              "prefix_frontier_key": (0,), "filled_block_keys": (1,), "can_admit": (0,)}
+OTHER_METHODS = ("append_decode", "append_batch", "free", "fork", "swap_out", "swap_in",
+                 "can_append_without_copy", "breakdown")
+
+
+def outcome(name: str, result, out: list | None):
+    """What a call returned, comparable across processes (see the module's NOTE)."""
+    if name == "admit":
+        return None if result is None else result.num_cached_tokens
+    if name == "prefix_frontier_key":
+        return result is None
+    if name == "filled_block_keys":
+        return len(result)
+    if name in ("append_decode", "append_batch"):
+        return result, out
+    return result
+
+
+class Recorder:
+    """Wraps the manager class's methods; keeps the outermost calls (not their inner ones)."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.calls: list[tuple] = []  # (method, args, outcome)
+        self.arrays: list[tuple[bytes, bool]] = []  # token arrays: int32 bytes, writeable
+        self._index: dict[tuple[bytes, bool], int] = {}
+        self._depth = 0
+        self._saved = {}
+
+    def _token_ref(self, ids):
+        if isinstance(ids, np.ndarray):
+            key = (ids.astype(np.int32, copy=False).tobytes(), bool(ids.flags.writeable))
+            if key not in self._index:
+                self._index[key] = len(self.arrays)
+                self.arrays.append(key)
+            return ("array", self._index[key])
+        return ("seq", ids if isinstance(ids, range) else list(ids))
+
+    def __enter__(self) -> "Recorder":
+        cls, recorder = self.cls, self
+        init = self._saved["__init__"] = cls.__init__
+
+        def record_init(manager, *args, **kwargs):
+            recorder.calls.append(("__init__", (args, kwargs), None))
+            init(manager, *args, **kwargs)
+
+        cls.__init__ = record_init
+        for name in (*TOKEN_ARGS, *OTHER_METHODS):
+            self._saved[name] = getattr(cls, name)
+            setattr(cls, name, self._wrap(name, self._saved[name]))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, method in self._saved.items():
+            setattr(self.cls, name, method)
+
+    def _wrap(self, name: str, method):
+        recorder = self
+
+        def recorded(manager, *args):
+            if recorder._depth:
+                return method(manager, *args)
+            args = list(args)
+            if name == "append_decode":
+                args[1] = list(args[1])  # consumed in step with the ids: materialise it
+            kept = list(args)
+            for i in TOKEN_ARGS.get(name, ()):
+                kept[i] = recorder._token_ref(args[i])
+            if name == "append_batch":
+                kept[1] = [recorder._token_ref(tokens) for tokens in args[1]]
+            out = args[2] if name in ("append_decode", "append_batch") else None
+            before = len(out) if out is not None else 0
+            if out is not None:
+                kept[2] = None  # the copies list is filled by the call
+            recorder._depth += 1
+            try:
+                result = method(manager, *args)
+            finally:
+                recorder._depth -= 1
+            new = list(out[before:]) if out is not None else None
+            recorder.calls.append((name, tuple(kept), outcome(name, result, new)))
+            return result
+
+        return recorded
+
+
+def record(path: Path, overrides: list[str], system: str) -> dict:
+    """Run ``system`` twice (timed, then recorded) and pickle the calls to ``path``."""
+    from _setup import PreparedRun
+
+    from allocators.paged import PagedKVCacheManager
+
+    prepared = PreparedRun(*overrides)
+    start = time.process_time()
+    prepared.run(system)
+    run_cpu_s = time.process_time() - start
+    with Recorder(PagedKVCacheManager) as recorder:
+        prepared.run(system)
+    data = {"overrides": overrides, "system": system, "run_cpu_s": run_cpu_s,
+            "calls": recorder.calls, "arrays": recorder.arrays}
+    with open(path, "wb") as handle:
+        pickle.dump(data, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    return {"calls": len(recorder.calls), "arrays": len(recorder.arrays),
+            "run_cpu_s": round(run_cpu_s, 3)}
+
+
+def _arguments(args: tuple, name: str, arrays: list[np.ndarray]) -> tuple:
+    def tokens(ref):
+        kind, value = ref
+        return arrays[value] if kind == "array" else value
+
+    args = list(args)
+    for i in TOKEN_ARGS.get(name, ()):
+        args[i] = tokens(args[i])
+    if name == "append_batch":
+        args[1] = [tokens(ref) for ref in args[1]]
+    if name in ("append_decode", "append_batch"):
+        args[2] = []
+    return tuple(args)
+
+
+def replay_once(data: dict, manager_cls: type) -> tuple[dict[str, float], Counter, list[str]]:
+    """One replay: CPU seconds per method, calls per method, and the first mismatches."""
+    arrays = []
+    for raw, writeable in data["arrays"]:
+        array = np.frombuffer(raw, dtype=np.int32).copy()
+        array.setflags(write=writeable)
+        arrays.append(array)
+    calls = [(name, _arguments(args, name, arrays) if name != "__init__" else args, expected)
+             for name, args, expected in data["calls"]]
+    seconds: dict[str, float] = Counter()
+    counts: Counter = Counter()
+    mismatches: list[str] = []
+    manager = None
+    clock = time.process_time
+    for index, (name, args, expected) in enumerate(calls):
+        if name == "__init__":
+            manager = manager_cls(*args[0], **args[1])
+            continue
+        start = clock()
+        result = getattr(manager, name)(*args)
+        seconds[name] += clock() - start
+        counts[name] += 1
+        out = args[2] if name in ("append_decode", "append_batch") else None
+        got = outcome(name, result, out)
+        if got != expected and len(mismatches) < 10:
+            mismatches.append(f"call {index} {name}: got {got!r}, recorded {expected!r}")
+    return dict(seconds), counts, mismatches
+
+
+def replay(path: Path, rounds: int, manager: str | None) -> dict:
+    """Replay ``rounds`` times; medians of the CPU seconds, and the recorded run's."""
+    with open(path, "rb") as handle:
+        data = pickle.load(handle)
+    if manager:
+        module, _, name = manager.partition(":")
+        manager_cls = getattr(importlib.import_module(module), name)
+    else:
+        from allocators.paged import PagedKVCacheManager as manager_cls
+    runs = [replay_once(data, manager_cls) for _ in range(rounds)]
+    totals = [sum(seconds.values()) for seconds, _, _ in runs]
+    counts = runs[0][1]
+    by_method = {name: {"calls": counts[name],
+                        "cpu_s": round(statistics.median(r[0].get(name, 0.0) for r in runs), 3)}
+                 for name, _ in counts.most_common()}
+    total = statistics.median(totals)
+    return {"recorded": {"overrides": data["overrides"], "system": data["system"],
+                         "run_cpu_s": round(data["run_cpu_s"], 3)},
+            "manager": f"{manager_cls.__module__}.{manager_cls.__qualname__}",
+            "calls": sum(counts.values()), "rounds": rounds,
+            "replay_cpu_s": round(total, 3), "replay_cpu_s_runs": [round(t, 3) for t in totals],
+            "share_of_run": round(total / data["run_cpu_s"], 3) if data["run_cpu_s"] else None,
+            "by_method": by_method, "mismatches": runs[0][2]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    rec = commands.add_parser("record", help="run a system and record its manager's calls")
+    rec.add_argument("calls", type=Path, help="where to write the recording (pickle)")
+    rec.add_argument("overrides", nargs="*", help="config overrides, as for python -m harness")
+    rec.add_argument("--system", default="paged", help="a paged system of the config")
+    rep = commands.add_parser("replay", help="replay a recording against a fresh manager")
+    rep.add_argument("calls", type=Path)
+    rep.add_argument("--rounds", type=int, default=1)
+    rep.add_argument("--manager", help="module:Class to replay against (default: ours)")
+    rep.add_argument("--out", type=Path, help="write the JSON here (default: print it)")
+    args = parser.parse_args(argv)
+    if args.command == "record":
+        print(json.dumps(record(args.calls, args.overrides, args.system)))
+        return 0
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    figures = replay(args.calls, args.rounds, args.manager)
+    text = json.dumps(figures, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    else:
+        print(text)
+    return 1 if figures["mismatches"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
