@@ -6,8 +6,9 @@
 
 ``record`` runs the ``paged`` system (or ``--system``) through the real engine on the sim
 executor, in this process, twice: once as it is, timed (CPU seconds), and once with every
-call the engine makes to its ``PagedKVCacheManager`` recorded, each with its arguments and
-its result. ``replay`` makes a fresh manager, makes the same calls in the same order,
+call the engine makes to its ``PagedKVCacheManager``'s methods recorded (admissions,
+appends, frees, forks, swaps, prefix queries, breakdowns; not attribute reads such as
+``num_free_blocks``), each with its arguments and its result. ``replay`` makes a fresh manager, makes the same calls in the same order,
 checks every result against the recorded one and reports the CPU seconds per method
 (medians over ``--rounds``) beside the whole run's: the manager's share of the run.
 
