@@ -13,7 +13,6 @@ import pickle
 import platform
 import signal
 import sys
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
@@ -30,6 +29,7 @@ from harness.engine.scheduler import Scheduler
 from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.errors import ConfigError, did_you_mean
 from harness.metrics import memory_summary, serving_summary
+from harness.processes import fork_is_safe, usable_cpus
 from harness.interrupts import InterruptFlag, deferred_interrupt
 from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.results import SCHEMA_VERSION, config_hash, write_json, write_table
@@ -60,9 +60,7 @@ def resolve_jobs(value: Any, executor: str, num_systems: int) -> int:
     if executor != "sim":
         return 1
     if value == "auto":
-        from harness.studies.runner import default_workers
-
-        value = default_workers()
+        value = usable_cpus()
     return min(value, num_systems)
 
 
@@ -291,10 +289,9 @@ def _run_parallel(systems: list[SystemSpec], context: RunContext, jobs: int,
 def _pool_context() -> multiprocessing.context.BaseContext:
     """fork when it is safe (only this thread, torch not loaded): the workers inherit the
     imports at no cost; otherwise forkserver, which imports this module once."""
-    methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1 and "torch" not in sys.modules:
+    if fork_is_safe():
         return multiprocessing.get_context("fork")
-    if "forkserver" not in methods:
+    if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])

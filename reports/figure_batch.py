@@ -11,10 +11,7 @@ in its place. The PNGs are the same either way.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
-import sys
-import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -22,6 +19,7 @@ from typing import Callable
 
 from matplotlib.figure import Figure
 
+from harness.processes import fork_is_safe, usable_cpus
 from reports.figures import to_data_uri
 from reports.html import figure
 
@@ -83,14 +81,10 @@ def parallel_workers(num_figures: int) -> int:
     """How many processes to draw ``num_figures`` figures in: 1 (this one) unless there are
     enough figures, several CPUs, and forking is safe here.
 
-    Safe means: fork exists (not on Windows or macOS's default), only this thread runs
-    (a fork copies a lock another thread may hold), torch is not loaded (its thread pools
-    are such threads) and this is not a daemonic worker (which may not have children).
+    Safe: ``harness.processes.fork_is_safe``, and this is not a daemonic worker (which may
+    not have children).
     """
-    if num_figures < MIN_PARALLEL:
+    if (num_figures < MIN_PARALLEL or not fork_is_safe()
+            or multiprocessing.current_process().daemon):
         return 1
-    if ("fork" not in multiprocessing.get_all_start_methods() or threading.active_count() != 1
-            or "torch" in sys.modules or multiprocessing.current_process().daemon):
-        return 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cpus or 1, num_figures))
+    return min(usable_cpus(), num_figures)

@@ -119,9 +119,9 @@ def test_bad_jobs_value_stops_the_cli_with_the_key(tmp_path):
 
 
 def test_jobs_resolve_to_at_most_one_process_per_system_and_one_on_torch(monkeypatch):
-    import harness.studies.runner as runner
+    import harness.run
 
-    monkeypatch.setattr(runner, "default_workers", lambda: 8)
+    monkeypatch.setattr(harness.run, "usable_cpus", lambda: 8)
     assert resolve_jobs("auto", "sim", 4) == 4
     assert resolve_jobs("auto", "sim", 1) == 1
     assert resolve_jobs(3, "sim", 4) == 3

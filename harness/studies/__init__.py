@@ -44,7 +44,8 @@ def run_study(cfg: Any, out_dir: Path) -> dict:
     """Run the study named by ``cfg.study.name``; write study.json and report.html into ``out_dir``."""
     from harness.run import TOP_LEVEL_KEYS
     from harness.studies.paper import STUDIES, check_study_keys
-    from harness.studies.runner import default_workers, run_chains
+    from harness.processes import usable_cpus
+    from harness.studies.runner import run_chains
 
     out_dir = Path(out_dir)
     plain = _plain(cfg)
@@ -61,7 +62,7 @@ def run_study(cfg: Any, out_dir: Path) -> dict:
     check_study_keys(study)
     plain["run"] = "serve"
     plain["progress"] = False
-    workers = study.get("workers") or default_workers()
+    workers = study.get("workers") or usable_cpus()
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"study.workers: must be a positive integer or null (all cores), got {workers!r}")
 

@@ -11,7 +11,6 @@ parallel, one per core; rate chains stop a system's sweep soon after it saturate
 from __future__ import annotations
 
 import copy
-import os
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -20,6 +19,8 @@ from multiprocessing import get_context
 from typing import Any, Callable
 
 import numpy as np
+
+from harness.processes import usable_cpus
 
 
 def set_path(cfg: dict, dotted: str, value: Any) -> None:
@@ -158,11 +159,6 @@ def run_job(job: Job) -> dict:
     return summary
 
 
-def default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclass
@@ -184,7 +180,7 @@ def run_chains(chains: list[Chain], workers: int | None = None,
 
     Returns ``(job, summary)`` for every job that ran, in chain order.
     """
-    workers = workers or default_workers()
+    workers = workers or usable_cpus()
     total = sum(len(c.jobs) for c in chains)
     done: list[list[tuple[Job, dict]]] = [[] for _ in chains]
     position = [0] * len(chains)
