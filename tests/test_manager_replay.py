@@ -4,8 +4,10 @@ import dataclasses
 import importlib.util
 import json
 import pickle
+from collections import Counter
 from pathlib import Path
 
+from allocators.block_pool import BlockPool
 from allocators.paged import PagedKVCacheManager
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,3 +62,20 @@ def test_a_manager_that_answers_differently_is_caught(tmp_path):
     figures = script.replay(calls, 1, f"{__name__}:MiscountingManager")
     assert figures["mismatches"], "a wrong answer went unnoticed"
     assert figures["mismatches"][0].split(":")[0].endswith(" admit")
+
+
+def test_shares_times_the_manager_and_its_pool_within_the_run(tmp_path):
+    script = load_script()
+    allocate = BlockPool.allocate
+    figures = script.shares(SMALL, "paged")
+    manager, pool = figures["manager"], figures["block_pool"]
+    assert 0 < pool["seconds"] <= manager["seconds"] <= figures["run_s"]
+    assert {"allocate", "free", "touch_many"} <= set(pool["by_method"])  # forks touch tables
+    assert BlockPool.allocate is allocate  # the timers put the methods back
+    # the outermost calls, as recorded (an ``append`` made by ``append_batch`` is not one)
+    calls = tmp_path / "calls.pkl"
+    script.record(calls, SMALL, "paged")
+    with open(calls, "rb") as handle:
+        recorded = Counter(name for name, _, _ in pickle.load(handle)["calls"])
+    del recorded["__init__"]
+    assert {name: m["calls"] for name, m in manager["by_method"].items()} == recorded

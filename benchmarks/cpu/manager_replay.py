@@ -3,6 +3,7 @@
     python benchmarks/cpu/manager_replay.py record calls.pkl workload=azure_conv \\
         workload.path=../shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv
     python benchmarks/cpu/manager_replay.py replay calls.pkl --rounds 3 [--out figures.json]
+    python benchmarks/cpu/manager_replay.py shares workload=azure_conv workload.path=...
 
 ``record`` runs the ``paged`` system (or ``--system``) through the real engine on the sim
 executor, in this process, twice: once as it is, timed (CPU seconds), and once with every
@@ -11,6 +12,11 @@ appends, frees, forks, swaps, prefix queries, breakdowns; not attribute reads su
 ``num_free_blocks``), each with its arguments and its result. ``replay`` makes a fresh manager, makes the same calls in the same order,
 checks every result against the recorded one and reports the CPU seconds per method
 (medians over ``--rounds``) beside the whole run's: the manager's share of the run.
+
+``shares`` runs the system once with the manager's and its block pool's methods timed (the
+outermost calls): how much of the run a faster pool, or a faster manager, could save at
+most. These are wall seconds (``perf_counter``, ~0.1 us a reading, where this machine's
+CPU clock takes ~1 us a reading): run it on a quiet machine.
 
 A faster manager (a compiled block pool, say) must give the same results on the same
 calls: ``--manager module:Class`` replays against it. NOTE: prefix-cache key values use
@@ -123,6 +129,73 @@ class Recorder:
         return recorded
 
 
+class Timer:
+    """Times the outermost calls of some of a class's methods (wall seconds per method)."""
+
+    def __init__(self, cls: type, names: tuple[str, ...]) -> None:
+        self.cls, self.names = cls, names
+        self.seconds: Counter = Counter()
+        self.calls: Counter = Counter()
+        self._saved: dict = {}
+        self._depth = 0
+
+    def __enter__(self) -> "Timer":
+        for name in self.names:
+            self._saved[name] = getattr(self.cls, name)
+            setattr(self.cls, name, self._wrap(name, self._saved[name]))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, method in self._saved.items():
+            setattr(self.cls, name, method)
+
+    def _wrap(self, name: str, method):
+        timer, clock = self, time.perf_counter
+
+        def timed(obj, *args):
+            if timer._depth:
+                return method(obj, *args)
+            timer._depth += 1
+            start = clock()
+            try:
+                return method(obj, *args)
+            finally:
+                timer.seconds[name] += clock() - start
+                timer.calls[name] += 1
+                timer._depth -= 1
+
+        return timed
+
+    def figures(self, run_s: float) -> dict:
+        total = sum(self.seconds.values())
+        return {"seconds": round(total, 3), "share_of_run": round(total / run_s, 3),
+                "by_method": {name: {"calls": self.calls[name],
+                                     "seconds": round(self.seconds[name], 3)}
+                              for name, _ in self.seconds.most_common()}}
+
+
+POOL_METHODS = ("allocate", "free", "touch", "touch_many", "register", "register_many",
+                "lookup", "evicted_since")
+
+
+def shares(overrides: list[str], system: str) -> dict:
+    """Run ``system`` once with its manager's and block pool's calls timed: their wall
+    seconds beside the whole run's."""
+    from _setup import PreparedRun
+
+    from allocators.block_pool import BlockPool
+    from allocators.paged import PagedKVCacheManager
+
+    prepared = PreparedRun(*overrides)
+    with Timer(PagedKVCacheManager, (*TOKEN_ARGS, *OTHER_METHODS)) as manager, \
+            Timer(BlockPool, POOL_METHODS) as pool:
+        start = time.perf_counter()
+        prepared.run(system)
+        run_s = time.perf_counter() - start
+    return {"overrides": overrides, "system": system, "run_s": round(run_s, 3),
+            "manager": manager.figures(run_s), "block_pool": pool.figures(run_s)}
+
+
 def record(path: Path, overrides: list[str], system: str) -> dict:
     """Run ``system`` twice (timed, then recorded) and pickle the calls to ``path``."""
     from _setup import PreparedRun
@@ -224,7 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--rounds", type=int, default=1)
     rep.add_argument("--manager", help="module:Class to replay against (default: ours)")
     rep.add_argument("--out", type=Path, help="write the JSON here (default: print it)")
+    share = commands.add_parser("shares", help="time a run's manager and block pool calls")
+    share.add_argument("overrides", nargs="*", help="config overrides, as for python -m harness")
+    share.add_argument("--system", default="paged", help="a paged system of the config")
     args = parser.parse_args(argv)
+    if args.command == "shares":
+        print(json.dumps(shares(args.overrides, args.system), indent=1))
+        return 0
     if args.command == "record":
         print(json.dumps(record(args.calls, args.overrides, args.system)))
         return 0
