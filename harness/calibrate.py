@@ -181,6 +181,9 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,
     compute_eff, bandwidth_eff = derived_efficiencies(model, hardware, coef)
     fitted = FittedCostSpec(model=model.name, num_layers=model.layers, dtype=model.dtype,
                             compute_efficiency=compute_eff, bandwidth_efficiency=bandwidth_eff,
+                            max_batch_size=max(b for b, _ in fits),
+                            # KV per sequence after its last decode step (prompt + output - 1)
+                            max_context_len=max(c for _, c in fits) + output_len - 1,
                             **{name: float(v) for name, v in zip(COEFFICIENTS, coef)})
     fitted.validate("fitted")
     per_point = []

@@ -145,6 +145,11 @@ class FittedCostSpec:
     per_prefill_chunk_s: float = 0.0
     compute_efficiency: float | None = None
     bandwidth_efficiency: float | None = None
+    # The range measured: the largest batch, and the most KV a sequence held (context plus
+    # output). Steps beyond it are extrapolated (``harness.engine.fit_range``); None in
+    # profiles written before calibrate recorded it.
+    max_batch_size: int | None = None
+    max_context_len: int | None = None
 
     def validate(self, where: str) -> None:
         for key in ("step_overhead_s", "per_token_s", "per_attention_pair_s", "per_kv_read_slot_s",
@@ -152,6 +157,11 @@ class FittedCostSpec:
             value = getattr(self, key)
             _require(isinstance(value, (int, float)) and value >= 0, f"{where}.{key}",
                      f"must be a number >= 0, got {value!r}")
+        for key in ("max_batch_size", "max_context_len"):
+            value = getattr(self, key)
+            _require(value is None or (isinstance(value, int) and not isinstance(value, bool)
+                                       and value > 0),
+                     f"{where}.{key}", f"must be a positive integer or null, got {value!r}")
         for key in ("compute_efficiency", "bandwidth_efficiency"):
             value = getattr(self, key)
             if value is not None:

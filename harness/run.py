@@ -27,6 +27,7 @@ from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, bui
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
 from harness.engine.executors import executor_capacity_slots, make_executor
+from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
 from harness.metrics import memory_summary, serving_summary
 from harness.processes import fork_is_safe, usable_cpus
@@ -179,6 +180,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
             pass
     telemetry_rows = _merge_outcomes(systems, outcomes, results, run_info)
     _report_rejections(results, len(workload.requests), capacity)
+    _report_extrapolation(results, hardware.name)
     if engine.executor == "torch":
         _report_outputs(results)
     run_info["wall_time_s"] = round(time.perf_counter() - total_start, 3)
@@ -229,6 +231,14 @@ def _report_rejections(results: dict, num_requests: int, capacity: int) -> None:
     if served_nothing and results.get("stop_reason") != "interrupted":
         results["complete"] = False
         results["stop_reason"] = f"{SERVED_NOTHING} {', '.join(served_nothing)}"
+
+
+def _report_extrapolation(results: dict, hardware: str) -> None:
+    """Warn about simulated steps priced beyond a calibrated profile's range (console and
+    results.json's ``warnings``)."""
+    for line in extrapolation_warnings(results["systems"], hardware):
+        print(f"warning: {line}", file=sys.stderr)
+        results.setdefault("warnings", []).append(line)
 
 
 def _report_outputs(results: dict) -> None:
@@ -364,6 +374,8 @@ def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareS
         if hasattr(executor, "report"):  # torch: measured timings, CPU-side costs, NVML
             run.executor_report = executor.report()
             run.telemetry_rows = executor.telemetry_rows()
+        if getattr(executor, "fit_range", None) is not None:
+            run.fit_range = executor.fit_range.report()
         return run
     finally:
         if bar is not None:
@@ -417,6 +429,8 @@ def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
         nvml = run.executor_report.get("nvml", {})
         summary["nvml"] = nvml
         summary["energy_per_token_j"] = nvml.get("energy_per_output_token_j")
+    if run.fit_range is not None:
+        summary["fit_range"] = run.fit_range
     if run.stop_reason:
         summary["stop_reason"] = run.stop_reason
     return summary

@@ -94,6 +94,8 @@ def test_calibrate_cli_writes_a_usable_profile(tmp_path, capsys):
     assert "NOTE: fitted on contexts up to 40 tokens and batches up to 3" in text  # the rest extrapolates
     profile = build_spec(HardwareSpec, yaml.safe_load(text), "hardware")
     assert profile.name == "cpu-fit" and profile.fitted.applies_to(TINY)
+    # the range measured: batches up to 3, prompts of 40 tokens and 3 outputs (KV of 42)
+    assert (profile.fitted.max_batch_size, profile.fitted.max_context_len) == (3, 42)
     result = json.loads(report.read_text())
     assert result["held_back_steps"] > 0 and result["train_steps"] > 0
     assert result["held_back_error"]["count"] == result["held_back_steps"]

@@ -56,6 +56,7 @@ class EngineRun:
     output_digest: str = ""  # sha256 over every request's generated tokens, in request order
     executor_report: dict | None = None  # torch executor: timings, CPU-side costs, NVML summary
     telemetry_rows: list[dict] = field(default_factory=list)  # torch on CUDA: NVML samples
+    fit_range: dict | None = None  # sim on a calibrated profile: the steps beyond its range
 
 
 def rejection_reason(request: Request, scheduler: Scheduler, spec: EngineSpec,

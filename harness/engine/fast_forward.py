@@ -260,6 +260,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     )
 
     # Commit: the sampled tokens, and the KV appends (each step's ``kv_span``).
+    executor.decoded_span(sum_positions, num_seqs, span)
     if keyed:
         kv_tokens: list = []
         decode_synthetic(seqs, generated, span, kv_tokens)

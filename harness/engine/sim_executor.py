@@ -7,6 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from harness.config import CostSpec, HardwareSpec, ModelSpec
+from harness.engine.fit_range import FitRange
 from harness.engine.plan import StepPlan
 
 # Spans of at most this many steps are priced on Python floats (see decode_seconds).
@@ -108,13 +109,21 @@ class RooflineCostModel:
 
 
 class SimExecutor:
-    """Advances a virtual clock; generated tokens are the sequences' synthetic ones."""
+    """Advances a virtual clock; generated tokens are the sequences' synthetic ones.
+
+    With a calibrated cost model whose range is known, ``fit_range`` tallies the steps run
+    against it (``harness.engine.fit_range``); otherwise it is None.
+    """
 
     name = "sim"
 
     def __init__(self, cost_model: RooflineCostModel, copy_unit_slots: int) -> None:
         self.cost_model = cost_model
         self.copy_unit_slots = copy_unit_slots  # slots per copied unit (block size, or 1)
+        fit = cost_model.fit
+        self.fit_range = (FitRange(fit.max_batch_size, fit.max_context_len)
+                          if fit is not None and fit.max_batch_size and fit.max_context_len
+                          else None)
 
     def execute(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
         copied = len(plan.copies) * self.copy_unit_slots
@@ -122,8 +131,17 @@ class SimExecutor:
         cost = self.cost_model.step_cost(plan.num_batched_tokens, plan.attention_pairs,
                                          plan.kv_read_slots, copied, swapped, plan.num_seqs,
                                          plan.num_prefill_chunks)
+        if self.fit_range is not None:
+            self.fit_range.step(plan.num_seqs, plan.kv_read_slots + plan.num_batched_tokens)
         return cost.seconds, None
 
     def decode_durations(self, sum_positions: int, num_seqs: int, span: int) -> list[float]:
-        """Durations of ``span`` steady decode steps, for fast-forwarding."""
+        """Durations of ``span`` steady decode steps, for fast-forwarding (a price only:
+        ``decoded_span`` says which of them ran)."""
         return self.cost_model.decode_seconds(sum_positions, num_seqs, span)
+
+    def decoded_span(self, sum_positions: int, num_seqs: int, span: int) -> None:
+        """The first ``span`` steps priced by ``decode_durations(sum_positions, num_seqs,
+        ...)`` ran (fast-forwarded)."""
+        if self.fit_range is not None:
+            self.fit_range.decode_span(sum_positions, num_seqs, span)
