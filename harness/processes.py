@@ -6,6 +6,12 @@ import multiprocessing
 import os
 import sys
 import threading
+import warnings
+from contextlib import contextmanager
+from typing import Iterator
+
+# Python 3.12+ warns at every fork() made while the process has more than one OS thread.
+_FORK_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
 
 
 def usable_cpus() -> int:
@@ -22,3 +28,19 @@ def fork_is_safe() -> bool:
     threads) is not loaded. Workers forked then inherit every import at no cost."""
     return ("fork" in multiprocessing.get_all_start_methods()
             and threading.active_count() == 1 and "torch" not in sys.modules)
+
+
+@contextmanager
+def forking() -> Iterator[None]:
+    """Forks made inside this block (creating fork-context workers) do not warn about the
+    process's native threads.
+
+    Python 3.12+ counts OS threads, and by then the process has some that Python did not
+    start: OpenBLAS's workers (numpy) and jemalloc's background thread (pyarrow, through
+    pandas). Both prepare for fork themselves (``pthread_atfork``), and ``fork_is_safe``
+    has checked what they do not cover: no other Python thread, no torch. Only that one
+    warning is silenced, only here.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_FORK_WARNING, category=DeprecationWarning)
+        yield

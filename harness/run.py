@@ -30,7 +30,7 @@ from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
 from harness.metrics import memory_summary, serving_summary
-from harness.processes import fork_is_safe, usable_cpus
+from harness.processes import fork_is_safe, forking, usable_cpus
 from harness.interrupts import InterruptFlag, deferred_interrupt
 from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.results import SCHEMA_VERSION, config_hash, write_json, write_table
@@ -283,7 +283,8 @@ def _run_parallel(systems: list[SystemSpec], context: RunContext, jobs: int,
     with ProcessPoolExecutor(jobs, mp_context=mp, initializer=_init_worker,
                              initargs=(shared, stop)) as pool:
         try:
-            pending = {pool.submit(_run_in_worker, system) for system in systems}
+            with forking():  # the workers start at the first submit
+                pending = {pool.submit(_run_in_worker, system) for system in systems}
             while pending:
                 done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
                 if interrupt.check():

@@ -19,7 +19,7 @@ from typing import Callable
 
 from matplotlib.figure import Figure
 
-from harness.processes import fork_is_safe, usable_cpus
+from harness.processes import fork_is_safe, forking, usable_cpus
 from reports.figures import to_data_uri
 from reports.html import figure
 
@@ -60,7 +60,8 @@ def draw(builders: list[Callable[[], Figure]]) -> list[str]:
                                    initializer=signal.signal,
                                    initargs=(signal.SIGINT, signal.SIG_IGN))
         try:
-            uris = list(pool.map(_draw_one, range(len(builders))))
+            with forking():  # the workers start at the first of map's submits
+                uris = list(pool.map(_draw_one, range(len(builders))))
         except BrokenProcessPool:  # a worker died (killed, out of memory): draw them here
             pool.shutdown(wait=False)
             return [to_data_uri(build()) for build in builders]

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.processes import usable_cpus
+from harness.processes import forking, usable_cpus
 
 
 def set_path(cfg: dict, dotted: str, value: Any) -> None:
@@ -225,7 +225,8 @@ def run_chains(chains: list[Chain], workers: int | None = None,
                     i = idle_chains.pop(0)
                     job = next_job(i)
                     if job is not None:
-                        running[pool.submit(run_job, job)] = (i, job)
+                        with forking():  # the workers start at the first submit
+                            running[pool.submit(run_job, job)] = (i, job)
                 if not running:
                     break
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
