@@ -1,4 +1,5 @@
-"""Worker processes: how many CPUs this process may use, and whether forking is safe."""
+"""Worker processes: how many CPUs this process may use, whether forking is safe, and forking
+without Python 3.12's warning about the native threads that are safe to fork."""
 
 from __future__ import annotations
 
