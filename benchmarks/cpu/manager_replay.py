@@ -61,16 +61,52 @@ def outcome(name: str, result, out: list | None):
     return result
 
 
-class Recorder:
-    """Wraps the manager class's methods; keeps the outermost calls (not their inner ones)."""
+class OutermostCalls:
+    """Patches some of a class's methods for the duration of a ``with`` block; ``outermost``
+    sees each call that no other patched call made (``append_batch``'s own ``append``s
+    pass straight through)."""
+
+    def __init__(self, cls: type, names: tuple[str, ...]) -> None:
+        self.cls, self.names = cls, names
+        self._saved: dict = {}
+        self._depth = 0
+
+    def __enter__(self):
+        for name in self.names:
+            self._saved[name] = getattr(self.cls, name)
+            setattr(self.cls, name, self._wrap(name, self._saved[name]))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, method in self._saved.items():
+            setattr(self.cls, name, method)
+
+    def _wrap(self, name: str, method):
+        patch = self
+
+        def patched(obj, *args):
+            if patch._depth:
+                return method(obj, *args)
+            patch._depth += 1
+            try:
+                return patch.outermost(name, method, obj, args)
+            finally:
+                patch._depth -= 1
+
+        return patched
+
+    def outermost(self, name: str, method, obj, args: tuple):
+        raise NotImplementedError
+
+
+class Recorder(OutermostCalls):
+    """Keeps the manager's outermost calls: arguments and outcome, token arrays once each."""
 
     def __init__(self, cls: type) -> None:
-        self.cls = cls
+        super().__init__(cls, (*TOKEN_ARGS, *OTHER_METHODS))
         self.calls: list[tuple] = []  # (method, args, outcome)
         self.arrays: list[tuple[bytes, bool]] = []  # token arrays: int32 bytes, writeable
         self._index: dict[tuple[bytes, bool], int] = {}
-        self._depth = 0
-        self._saved = {}
 
     def _token_ref(self, ids):
         if isinstance(ids, np.ndarray):
@@ -82,89 +118,50 @@ class Recorder:
         return ("seq", ids if isinstance(ids, range) else list(ids))
 
     def __enter__(self) -> "Recorder":
-        cls, recorder = self.cls, self
-        init = self._saved["__init__"] = cls.__init__
+        cls, calls = self.cls, self.calls
+        init = self._saved["__init__"] = cls.__init__  # restored by __exit__ with the rest
 
         def record_init(manager, *args, **kwargs):
-            recorder.calls.append(("__init__", (args, kwargs), None))
+            calls.append(("__init__", (args, kwargs), None))
             init(manager, *args, **kwargs)
 
         cls.__init__ = record_init
-        for name in (*TOKEN_ARGS, *OTHER_METHODS):
-            self._saved[name] = getattr(cls, name)
-            setattr(cls, name, self._wrap(name, self._saved[name]))
-        return self
+        return super().__enter__()
 
-    def __exit__(self, *exc) -> None:
-        for name, method in self._saved.items():
-            setattr(self.cls, name, method)
-
-    def _wrap(self, name: str, method):
-        recorder = self
-
-        def recorded(manager, *args):
-            if recorder._depth:
-                return method(manager, *args)
-            args = list(args)
-            if name == "append_decode":
-                args[1] = list(args[1])  # consumed in step with the ids: materialise it
-            kept = list(args)
-            for i in TOKEN_ARGS.get(name, ()):
-                kept[i] = recorder._token_ref(args[i])
-            if name == "append_batch":
-                kept[1] = [recorder._token_ref(tokens) for tokens in args[1]]
-            out = args[2] if name in ("append_decode", "append_batch") else None
-            before = len(out) if out is not None else 0
-            if out is not None:
-                kept[2] = None  # the copies list is filled by the call
-            recorder._depth += 1
-            try:
-                result = method(manager, *args)
-            finally:
-                recorder._depth -= 1
-            new = list(out[before:]) if out is not None else None
-            recorder.calls.append((name, tuple(kept), outcome(name, result, new)))
-            return result
-
-        return recorded
+    def outermost(self, name: str, method, manager, args: tuple):
+        args = list(args)
+        if name == "append_decode":
+            args[1] = list(args[1])  # consumed in step with the ids: materialise it
+        kept = list(args)
+        for i in TOKEN_ARGS.get(name, ()):
+            kept[i] = self._token_ref(args[i])
+        if name == "append_batch":
+            kept[1] = [self._token_ref(tokens) for tokens in args[1]]
+        out = args[2] if name in ("append_decode", "append_batch") else None
+        before = len(out) if out is not None else 0
+        if out is not None:
+            kept[2] = None  # the copies list is filled by the call
+        result = method(manager, *args)
+        new = list(out[before:]) if out is not None else None
+        self.calls.append((name, tuple(kept), outcome(name, result, new)))
+        return result
 
 
-class Timer:
+class Timer(OutermostCalls):
     """Times the outermost calls of some of a class's methods (wall seconds per method)."""
 
     def __init__(self, cls: type, names: tuple[str, ...]) -> None:
-        self.cls, self.names = cls, names
+        super().__init__(cls, names)
         self.seconds: Counter = Counter()
         self.calls: Counter = Counter()
-        self._saved: dict = {}
-        self._depth = 0
 
-    def __enter__(self) -> "Timer":
-        for name in self.names:
-            self._saved[name] = getattr(self.cls, name)
-            setattr(self.cls, name, self._wrap(name, self._saved[name]))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for name, method in self._saved.items():
-            setattr(self.cls, name, method)
-
-    def _wrap(self, name: str, method):
-        timer, clock = self, time.perf_counter
-
-        def timed(obj, *args):
-            if timer._depth:
-                return method(obj, *args)
-            timer._depth += 1
-            start = clock()
-            try:
-                return method(obj, *args)
-            finally:
-                timer.seconds[name] += clock() - start
-                timer.calls[name] += 1
-                timer._depth -= 1
-
-        return timed
+    def outermost(self, name: str, method, obj, args: tuple):
+        start = time.perf_counter()
+        try:
+            return method(obj, *args)
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+            self.calls[name] += 1
 
     def figures(self, run_s: float) -> dict:
         total = sum(self.seconds.values())

@@ -159,8 +159,6 @@ def run_job(job: Job) -> dict:
     return summary
 
 
-
-
 @dataclass
 class Chain:
     """Jobs of one system over ascending rates; stop ``extra_after_stop`` jobs after ``stop(summary)``."""
@@ -214,8 +212,10 @@ def run_chains(chains: list[Chain], workers: int | None = None,
             while (job := next_job(i)) is not None:
                 record(i, job, run_job(job))
     else:
-        # NOTE: fork keeps the parent's imports; each worker runs one job at a time.
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
+        # NOTE: fork keeps the parent's imports; each worker runs one job at a time. The
+        # workers start at the first submit (inside forking()).
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"))
+        with forking(), pool:
             running = {}
             # longest chains first, so the slowest work starts early
             order = sorted(range(len(chains)), key=lambda i: -_chain_weight(chains[i]))
@@ -225,8 +225,7 @@ def run_chains(chains: list[Chain], workers: int | None = None,
                     i = idle_chains.pop(0)
                     job = next_job(i)
                     if job is not None:
-                        with forking():  # the workers start at the first submit
-                            running[pool.submit(run_job, job)] = (i, job)
+                        running[pool.submit(run_job, job)] = (i, job)
                 if not running:
                     break
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
