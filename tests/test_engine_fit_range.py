@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given, strategies as st
 from omegaconf import OmegaConf
 
 from harness.config import HardwareSpec, build_spec
-from harness.engine.fit_range import FitRange, extrapolation_warnings
+from harness.engine.fit_range import FitRange, covering_grid, extrapolation_warnings
 from harness.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,6 +98,20 @@ def test_a_run_beyond_the_fit_says_so_in_results_and_on_the_console(tmp_path, ca
     assert results["systems"]["paged"]["fit_range"]["steps_beyond_fit"]
     assert not results["systems"]["max"]["fit_range"]["steps_beyond_fit"]
     assert extrapolation_warnings(results["systems"], "cpu") == results["warnings"]
+    # the command it suggests calibrates on a grid reaching what the run reached
+    reached = [s["fit_range"] for s in results["systems"].values()]
+    grid = re.search(r"--batch-sizes ([\d,]+) --context-lens ([\d,]+) --name cpu --force", line)
+    batches, contexts = ([int(v) for v in g.split(",")] for g in grid.groups())
+    assert batches[0] == 1 and batches[-1] == max(f["largest_batch"] for f in reached)
+    assert contexts[0] == 16 and 0 <= contexts[-1] - max(f["largest_mean_context"] for f in reached) < 16
+
+
+def test_a_covering_grid_grows_by_four_up_to_the_largest_value_rounded_up():
+    assert covering_grid(200, 1) == [1, 4, 16, 64, 200]
+    assert covering_grid(4, 1) == [1, 4]
+    assert covering_grid(1, 1) == [1]
+    assert covering_grid(3115, 16, align=16) == [16, 64, 256, 1024, 3120]
+    assert covering_grid(10, 16, align=16) == [16]
 
 
 def test_fast_forward_tallies_the_same_steps_as_the_step_loop(tmp_path, monkeypatch):

@@ -11,6 +11,8 @@ prompts measured at 11.3 s, so the run's results say how many steps that was.
 
 from __future__ import annotations
 
+import math
+
 
 class FitRange:
     """Tallies the steps priced with a fit: how many, how many beyond its range, and the
@@ -76,9 +78,23 @@ def extrapolation_warnings(systems: dict[str, dict], hardware: str) -> list[str]
                        for name, fit in beyond.items())
     batch = max(fit["largest_batch"] for fit in beyond.values())
     context = max(fit["largest_mean_context"] for fit in beyond.values())
+    batches = ",".join(map(str, covering_grid(batch, 1)))
+    contexts = ",".join(map(str, covering_grid(math.ceil(context), 16, align=16)))
     return [f"simulated steps beyond the range hardware={hardware} was calibrated on (batches "
             f"up to {first['fitted_max_batch_size']}, {first['fitted_max_context_len']:,} KV tokens "
             f"per sequence) have extrapolated times: {counts}. This run reached batches of "
             f"{batch} and {context:,.0f} KV tokens per sequence on average: calibrate on a grid "
-            "that covers them (python -m harness.calibrate --batch-sizes ... --context-lens ... "
-            "--force)"]
+            f"that covers them (python -m harness.calibrate --batch-sizes {batches} "
+            f"--context-lens {contexts} --name {hardware} --force, with the --model and "
+            "--hardware the profile was made with)"]
+
+
+def covering_grid(largest: int, start: int, *, align: int = 1) -> list[int]:
+    """Grid points from ``start`` up by factors of 4, ending at ``largest`` rounded up to a
+    multiple of ``align``: ``covering_grid(200, 1) == [1, 4, 16, 64, 200]``."""
+    top = max(start, -(-largest // align) * align)
+    points = []
+    while start < top:
+        points.append(start)
+        start *= 4
+    return points + [top]
