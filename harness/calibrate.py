@@ -152,7 +152,7 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,
               batch_sizes, context_lens, output_len: int, holdout_every: int = 3,
               block_size: int = 16, seed: int = 0, log=print) -> dict:
     """Measure the grid, fit on the kept points, evaluate on the held-back ones."""
-    from harness.engine.torch_executor import device_name, resolve_device, torch_kv_capacity_slots
+    from harness.engine.torch_device import device_name, resolve_device, torch_kv_capacity_slots
 
     device = resolve_device(engine.device)
     max_len = max(context_lens) + output_len

@@ -25,7 +25,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch threads without a GPU (default 1)")
     parser.add_argument("--json", type=output_file, default=None, help="also write the result here")
     args = parser.parse_args(argv)
-    from harness.engine.torch_executor import resolve_device
+    from harness.engine.torch_device import resolve_device
     from harness.errors import PagebenchError
 
     try:

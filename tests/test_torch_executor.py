@@ -15,7 +15,8 @@ import torch
 from harness.config import EngineSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
 from harness.engine.executors import executor_capacity_slots
-from harness.engine.torch_executor import resolve_device, seeded_sample
+from harness.engine.torch_device import resolve_device
+from harness.engine.torch_executor import seeded_sample
 from harness.errors import ConfigError
 from torch_helpers import (CPU, ROOT, TINY, contiguous, engine, mixed_workload, one_torch_thread,  # noqa: F401
                            paged, run_torch)
@@ -220,7 +221,7 @@ def test_hostcost_unknown_model_is_an_error_not_a_traceback(capsys):
 def test_explicit_kv_slots_on_cpu_still_check_that_the_weights_fit_the_host(monkeypatch):
     """Setting engine.kv_capacity_slots must not skip the host-memory check: building a
     70B model's weights on a small host ends in the OOM killer, not a message."""
-    import harness.engine.torch_executor as T
+    import harness.engine.torch_device as T
 
     monkeypatch.setattr(T, "_host_available_bytes", lambda: TINY.weight_bytes // 2)
     spec = EngineSpec(executor="torch", device="cpu", kv_capacity_slots=64)

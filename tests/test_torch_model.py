@@ -10,7 +10,7 @@ import torch
 
 from harness.config import ModelSpec
 from harness.engine.model import (LlamaModel, dense_causal_attention, exact_decode_attention)
-from harness.engine.torch_executor import get_model
+from harness.engine.torch_device import get_model
 from kernels.reference import paged_decode_attention_reference
 from torch_helpers import (TINY, _request, dense_greedy, engine, one_torch_thread, paged,  # noqa: F401
                            run_torch)

@@ -31,7 +31,7 @@ def executor_capacity_slots(model: ModelSpec, hardware: HardwareSpec, engine: En
                             max_model_len: int, seed: int = 0) -> int:
     """KV slots of the pool: the hardware profile's formula (sim), or the real device (torch)."""
     if engine.executor == "torch":
-        from harness.engine.torch_executor import torch_kv_capacity_slots
+        from harness.engine.torch_device import torch_kv_capacity_slots
 
         return torch_kv_capacity_slots(model, hardware, engine, max_model_len=max_model_len, seed=seed)
     return kv_capacity_slots(model, hardware, engine)

@@ -37,9 +37,6 @@ device busy time (CUDA events) and host preparation time are kept beside it.
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -51,60 +48,13 @@ from harness.config import EngineSpec, ModelSpec, SystemSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
 from harness.engine.model import LlamaModel, dense_causal_attention, exact_decode_attention
 from harness.engine.plan import StepPlan
+from harness.engine.torch_device import (device_name, get_model, resolve_batch_invariant,
+                                         resolve_device, set_cpu_threads)
 from harness.errors import ConfigError
 from kernels.cache_write import copy_blocks, swap_blocks, write_kv_cache
 from kernels.contiguous_decode import contiguous_decode_attention
 from kernels import _runtime as rt
 from kernels.paged_decode import paged_decode_attention
-
-_MODEL_CACHE: dict[tuple, LlamaModel] = {}
-
-
-def _set_cpu_threads(threads: int) -> None:
-    """torch's thread count for CPU runs; more threads than cores only adds waits: say so once."""
-    cores = os.cpu_count() or 1
-    if threads > cores:
-        _warn_once(f"warning: engine.cpu_threads={threads} is more than this host's {cores} cores: "
-                   "the threads wait for each other and the run is slower (use at most "
-                   f"{cores})")
-    torch.set_num_threads(threads)
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_once(message: str) -> None:
-    print(message, file=sys.stderr)
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"engine.device={name} but no CUDA device is available: use "
-                          "engine.device=cpu (or auto)")
-    return device
-
-
-def resolve_batch_invariant(engine: EngineSpec, device: torch.device) -> bool:
-    return device.type == "cpu" if engine.batch_invariant is None else bool(engine.batch_invariant)
-
-
-def get_model(spec: ModelSpec, device: torch.device, seed: int, batch_invariant: bool) -> LlamaModel:
-    """The model for these settings, built once per process (systems of a run share it).
-
-    Only the latest model is kept, so a different model frees the previous one's memory.
-    """
-    key = (spec, str(device), int(seed), bool(batch_invariant))
-    model = _MODEL_CACHE.get(key)
-    if model is None:
-        _MODEL_CACHE.clear()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        model = LlamaModel(spec, device=device, seed=seed, batch_invariant=batch_invariant)
-        _MODEL_CACHE[key] = model
-    return model
-
 
 class StepSample(NamedTuple):
     """One executed step: what it computed (the sim cost model's features) and what it took."""
@@ -156,7 +106,7 @@ class TorchExecutor:
                  max_model_len: int, seed: int = 0, model: LlamaModel | None = None) -> None:
         self.device = resolve_device(engine.device)
         if self.device.type == "cpu" and engine.cpu_threads is not None:
-            _set_cpu_threads(engine.cpu_threads)  # NOTE: process-wide
+            set_cpu_threads(engine.cpu_threads)  # NOTE: process-wide
         self.batch_invariant = resolve_batch_invariant(engine, self.device)
         backend = engine.kernel_backend
         self.backend = "torch" if backend == "auto" and self.device.type == "cpu" else backend
@@ -566,12 +516,6 @@ def seeded_sample(logits: torch.Tensor, seed: int, request_id: int, lineage: int
     return int(torch.argmax(logits.to(torch.float64) + gumbel))
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"{device} ({torch.cuda.get_device_name(device)})"
-    return f"cpu ({torch.get_num_threads()} threads)"
-
-
 def _stats(values: np.ndarray) -> dict:
     if values.size == 0:
         return {"count": 0}
@@ -581,84 +525,4 @@ def _stats(values: np.ndarray) -> dict:
             "max": round(float(values.max()), 4)}
 
 
-def torch_kv_capacity_slots(model_spec: ModelSpec, hardware, engine: EngineSpec, *,
-                            max_model_len: int, seed: int = 0) -> int:
-    """KV slots for the torch executor, from the real device.
-
-    Explicit ``engine.kv_capacity_slots`` wins. On CUDA: load the model, profile one
-    forward of ``profile_activation_tokens`` (default max_num_batched_tokens) tokens, then
-    ``total * gpu_memory_utilization - weights - activation peak - non-torch memory``.
-    On CPU: the hardware profile's formula, capped by the host's available memory.
-    """
-    from harness.config import GIB, kv_capacity_slots
-
-    device = resolve_device(engine.device)
-    if engine.kv_capacity_slots is not None:
-        if device.type != "cuda":  # the weights are built in host memory: check them first
-            available = _host_available_bytes()
-            need = model_spec.weight_bytes + engine.kv_capacity_slots * model_spec.bytes_per_slot
-            if available is not None and need > available:
-                raise ConfigError(
-                    f"model={model_spec.name}'s weights ({model_spec.weight_bytes / GIB:.1f} GiB) and "
-                    f"engine.kv_capacity_slots={engine.kv_capacity_slots} "
-                    f"({engine.kv_capacity_slots * model_spec.bytes_per_slot / GIB:.1f} GiB) need "
-                    f"more than this host's {available / GIB:.1f} GiB of available memory: use a "
-                    "smaller model (e.g. model=tiny) or fewer slots")
-        return engine.kv_capacity_slots
-    if device.type == "cpu" and engine.cpu_threads is not None:
-        _set_cpu_threads(engine.cpu_threads)
-    bytes_per_slot = model_spec.bytes_per_slot
-    if device.type != "cuda":
-        slots = kv_capacity_slots(model_spec, hardware, engine)
-        available = _host_available_bytes()
-        if available is not None:
-            host = (available * engine.gpu_memory_utilization - model_spec.weight_bytes
-                    - engine.activation_reserve_gib * GIB) // bytes_per_slot
-            slots = min(slots, int(host))
-        if slots <= 0:
-            raise ConfigError("no host memory left for the KV cache: set engine.kv_capacity_slots")
-        return slots
-    model = get_model(model_spec, device, seed, resolve_batch_invariant(engine, device))
-    tokens = engine.profile_activation_tokens or min(engine.max_num_batched_tokens, max_model_len)
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    base = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    with torch.inference_mode():
-        ids = torch.zeros(tokens, dtype=torch.long, device=device)
-        hidden = model.forward(ids, torch.arange(tokens, device=device) % model_spec.max_context,
-                               lambda _l, q, k, v: dense_causal_attention(q, k, v, 0))
-        model.logits(hidden[:min(tokens, engine.max_num_seqs)])
-        del hidden, ids
-    torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device) - base
-    torch.cuda.empty_cache()
-    free, total = torch.cuda.mem_get_info(device)
-    non_torch = max(0, (total - free) - torch.cuda.memory_reserved(device))
-    margin = 512 * 2**20  # prefill gathers, fragmentation, block tables, staging buffers
-    kv_bytes = total * engine.gpu_memory_utilization - base - peak - non_torch - margin
-    slots = int(kv_bytes // bytes_per_slot)
-    print(f"torch capacity on {device_name(device)}: total {total / GIB:.1f} GiB x "
-          f"{engine.gpu_memory_utilization} - weights {base / GIB:.1f} GiB - activation peak "
-          f"{peak / GIB:.2f} GiB ({tokens} tokens) - non-torch {non_torch / GIB:.2f} GiB "
-          f"-> {slots} KV slots", file=sys.stderr)
-    if slots <= 0:
-        raise ConfigError(f"model={model_spec.name} leaves no GPU memory for the KV cache: lower "
-                          "engine.profile_activation_tokens / max_num_batched_tokens, raise "
-                          "engine.gpu_memory_utilization, or use model.num_layers_override")
-    return slots
-
-
-def _host_available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-__all__ = ["StepSample", "TorchExecutor", "get_model", "resolve_device", "seeded_sample",
-           "torch_kv_capacity_slots"]
+__all__ = ["StepSample", "TorchExecutor", "seeded_sample"]
