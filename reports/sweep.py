@@ -11,6 +11,7 @@ Writes ``sweep_report.html`` and ``sweep_results.csv`` at the top of the sweep d
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,8 @@ import yaml
 from harness.errors import InputError
 from harness.results import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, atomic_write_text, read_results
 from reports import figures as F
-from reports.html import absent, esc, figure, page, table
+from reports.figure_batch import PendingFigure, resolve
+from reports.html import absent, esc, page, table
 from reports.metrics import HEADLINE_METRICS, headline_values
 
 REPORT_NAME = "sweep_report.html"
@@ -359,11 +361,12 @@ def render_sweep_report(sweep_dir: Path | str) -> Path:
             parts.append(f"<h2 id='vs-{esc(key)}'>Metrics vs {esc(key)}</h2>")
             styles = (f"; line styles and markers tell the values of {', '.join(others)} apart"
                       if others else "")
-            parts.append(figure(F.to_data_uri(sweep_figure(frame, key, others, metric_cols, colors)),
-                                f"headline metrics vs {key}",
-                                f"One panel per headline metric against {key}, one line per "
-                                f"system{styles}. Points circled in red are jobs that stopped "
-                                "early: their figures cover only part of the run."))
+            parts.append(PendingFigure(
+                functools.partial(sweep_figure, frame, key, others, metric_cols, colors),
+                f"headline metrics vs {key}",
+                f"One panel per headline metric against {key}, one line per system{styles}. "
+                "Points circled in red are jobs that stopped early: their figures cover only "
+                "part of the run."))
         shown = ["job", "status", *swept, "system", *[k for k, _ in metric_cols]]
         labels = ["job", "status", *swept, "system", *[lab for _, lab in metric_cols]]
         sort_cols = [c for c in (*swept, "system") if c in frame]
@@ -375,7 +378,7 @@ def render_sweep_report(sweep_dir: Path | str) -> Path:
                            css_id="sweep-table"))
         atomic_write_text(sweep_dir / TABLE_NAME, _with_int_counts(frame).to_csv(index=False))
     out = sweep_dir / REPORT_NAME
-    atomic_write_text(out, page(title, parts))
+    atomic_write_text(out, page(title, resolve(parts)))
     return out
 
 
