@@ -417,7 +417,7 @@ def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
         "prefix_cache": {
             "queried_tokens": queried,
             "hit_tokens": scheduler.prompt_tokens_cached,
-            "hit_rate": round(scheduler.prompt_tokens_cached / queried, 6) if queried else 0.0,
+            "hit_rate": round(scheduler.prompt_tokens_cached / queried, 6) if queried else None,
             "readmission_hit_tokens": scheduler.readmission_tokens_cached,
         },
         "rejected_reasons": dict(sorted(run.rejected.items())),

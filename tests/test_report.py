@@ -302,6 +302,8 @@ def test_a_system_that_served_nothing_measures_nothing(tmp_path):
     assert results["systems"]["max"]["steps"] == 0
     memory = results["systems"]["max"]["memory"]
     assert memory["token_states_pct"] is None and memory["idle_pct"] is None
+    assert results["systems"]["max"]["prefix_cache"] == {
+        "queried_tokens": 0, "hit_tokens": 0, "hit_rate": None, "readmission_hit_tokens": 0}
     rows = evaluate_claims(load_run(run_dir))
     assert "max" not in {row.subject for row in rows}
     waste = [row for row in rows if row.claim_id == "contiguous_waste"]
@@ -322,6 +324,18 @@ def test_sharing_is_not_claimed_from_a_preempted_request_hitting_its_own_blocks(
     assert cache["hit_tokens"] == cache["readmission_hit_tokens"] > 0
     rows = [row for row in evaluate_claims(load_run(run_dir)) if row.claim_id == "prefix_sharing_savings"]
     assert [row.verdict for row in rows] == [NOT_MEASURED]
+
+
+def test_a_preempted_group_hitting_its_own_blocks_is_a_readmission_too(tmp_path):
+    """Parallel sampling restarts a preempted group from its prompt (no sequence kept): its
+    hits are re-admission hits all the same (unique prompts: no other request shares them)."""
+    run_dir = small_run(tmp_path / "run", "workload=parallel_sampling", "workload.num_requests=40",
+                        "workload.arrival.rate=20", "engine.kv_capacity_slots=3000",
+                        "systems=[paged]")
+    paged = json.loads((run_dir / "results.json").read_text())["systems"]["paged"]
+    assert paged["preemptions"] > 0
+    cache = paged["prefix_cache"]
+    assert cache["hit_tokens"] == cache["readmission_hit_tokens"] > 0
 
 
 def test_every_figure_has_a_caption(run_dir):

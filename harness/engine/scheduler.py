@@ -286,8 +286,8 @@ class Scheduler:
             group.cached_tokens += cached
             self.prompt_tokens_queried += total
             self.prompt_tokens_cached += cached
-            if restarted:  # hits of its own blocks, freed by the preemption, often: not sharing
-                self.readmission_tokens_cached += cached
+            if group.num_preemptions:  # re-admitted (a group restarts with no sequences):
+                self.readmission_tokens_cached += cached  # hits of its own freed blocks, often
             seq.num_computed = cached
             for child in members:
                 child.num_computed = cached

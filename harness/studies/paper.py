@@ -403,7 +403,8 @@ def shared_prefix(base: dict, study: dict) -> Plan:
                                     for j, s in pairs if j.params["paper_system"] == "vllm"}}
 
     def describe(job, s):
-        return _latency_text(job, s) + f", prefix hits {100 * s['prefix_cache']['hit_rate']:.0f}%"
+        hit_rate = s["prefix_cache"]["hit_rate"]  # None: no prompt was admitted
+        return _latency_text(job, s) + (f", prefix hits {100 * hit_rate:.0f}%" if hit_rate is not None else "")
 
     return _rate_sweep(base, study, vllm_over_oracle, describe, prefix_hit_rate)
 
