@@ -33,7 +33,7 @@ CATEGORY_LABELS = {
     "internal_over_reservation": "internal: over-reservation",
     "internal_rounding": "internal: allocator rounding",
     "external_fragmentation": "external fragmentation",
-    "idle": "idle (free, nothing waiting)",
+    "idle": "idle (free, nothing waiting for memory)",
 }
 # The default systems keep these colours everywhere; other names get free palette slots.
 FIXED_SYSTEM_COLORS = {
