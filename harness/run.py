@@ -180,7 +180,8 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
             pass
     telemetry_rows = _merge_outcomes(systems, outcomes, results, run_info)
     _report_rejections(results, len(workload.requests), capacity)
-    _report_extrapolation(results, hardware.name)
+    _report_warnings(results, extrapolation_warnings(results["systems"], hardware.name)
+                     + swap_fallback_warnings(results["systems"]))
     if engine.executor == "torch":
         _report_outputs(results)
     run_info["wall_time_s"] = round(time.perf_counter() - total_start, 3)
@@ -233,12 +234,28 @@ def _report_rejections(results: dict, num_requests: int, capacity: int) -> None:
         results["stop_reason"] = f"{SERVED_NOTHING} {', '.join(served_nothing)}"
 
 
-def _report_extrapolation(results: dict, hardware: str) -> None:
-    """Warn about simulated steps priced beyond a calibrated profile's range (console and
-    results.json's ``warnings``)."""
-    for line in extrapolation_warnings(results["systems"], hardware):
+def _report_warnings(results: dict, lines: list[str]) -> None:
+    """Print ``lines`` as warnings and add them to results.json's ``warnings``."""
+    for line in lines:
         print(f"warning: {line}", file=sys.stderr)
         results.setdefault("warnings", []).append(line)
+
+
+def swap_fallback_warnings(systems: dict[str, dict]) -> list[str]:
+    """One line per system (``results.json``'s ``systems``) that recomputed preemptions
+    although ``engine.preemption=swap``, or none."""
+    lines = []
+    for name, s in systems.items():
+        why = s.get("recomputed_instead_of_swap") or {}
+        reasons = [text.format(count) for key, text in (
+            ("multi_sequence_group", "{:,} of parallel-sampling or beam-search groups, which "
+                                     "are never swapped"),
+            ("cpu_swap_space_full", "{:,} with the CPU swap space full: raise "
+                                    "engine.swap_space_gib")) if (count := why.get(key))]
+        if reasons:
+            lines.append(f"engine.preemption=swap: {name} recomputed {sum(why.values()):,} of its "
+                         f"{s['preemptions']:,} preemptions instead ({'; '.join(reasons)})")
+    return lines
 
 
 def _report_outputs(results: dict) -> None:
@@ -414,6 +431,8 @@ def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
         **serving,
         "preemptions": scheduler.num_preemptions,
         "swaps": scheduler.num_swaps,
+        **({"recomputed_instead_of_swap": dict(scheduler.swap_fallbacks)}
+           if scheduler.swap_allowed else {}),
         "prefix_cache": {
             "queried_tokens": queried,
             "hit_tokens": scheduler.prompt_tokens_cached,

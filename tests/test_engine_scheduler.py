@@ -53,8 +53,27 @@ def test_swap_preemption_round_trips():
     requests = make_requests([(16, 25), (16, 25)])
     spec = engine_spec(kv_capacity_slots=64, preemption="swap")
     result = run(requests, paged(block_size=16), spec)
-    assert result.scheduler.num_swaps >= 1
+    assert result.scheduler.num_swaps == result.scheduler.num_preemptions >= 1
+    assert result.scheduler.swap_fallbacks == {"multi_sequence_group": 0, "cpu_swap_space_full": 0}
     assert (result.recorder.request_table()["status"] == "finished").all()
+
+
+def test_swap_preemption_recomputes_and_counts_what_it_cannot_swap():
+    """No CPU swap space, or a group of several sequences: the preemption recomputes, and the
+    scheduler counts why (results.json's ``recomputed_instead_of_swap``)."""
+    no_space = run(make_requests([(16, 25), (16, 25)]), paged(block_size=16),
+                   engine_spec(kv_capacity_slots=64, preemption="swap", swap_space_gib=0))
+    scheduler = no_space.scheduler
+    assert scheduler.num_swaps == 0 and scheduler.num_preemptions >= 1
+    assert scheduler.swap_fallbacks == {"multi_sequence_group": 0,
+                                        "cpu_swap_space_full": scheduler.num_preemptions}
+    groups = run(make_requests([(16, 25), (16, 25)], num_samples=2), paged(block_size=16),
+                 engine_spec(kv_capacity_slots=128, preemption="swap"))
+    scheduler = groups.scheduler
+    assert scheduler.num_swaps == 0 and scheduler.num_preemptions >= 1
+    assert scheduler.swap_fallbacks == {"multi_sequence_group": scheduler.num_preemptions,
+                                        "cpu_swap_space_full": 0}
+    assert (groups.recorder.request_table()["status"] == "finished").all()
 
 
 def test_request_larger_than_the_pool_is_rejected_and_counted():
@@ -254,3 +273,17 @@ def test_a_run_without_steps_has_every_memory_key_unmeasured():
     empty = memory_summary(steps.iloc[:0], 1024)
     assert set(empty) == set(full)
     assert {k for k, v in empty.items() if v is not None} == {"capacity_slots"}
+
+
+def test_a_swap_run_warns_of_the_preemptions_it_recomputed():
+    from harness.run import swap_fallback_warnings
+
+    none = {"multi_sequence_group": 0, "cpu_swap_space_full": 0}
+    systems = {"paged": {"preemptions": 9, "recomputed_instead_of_swap": {
+                   "multi_sequence_group": 5, "cpu_swap_space_full": 2}},
+               "oracle": {"preemptions": 4, "recomputed_instead_of_swap": none},
+               "max": {"preemptions": 3}}  # a recompute run: no such key
+    assert swap_fallback_warnings(systems) == [
+        "engine.preemption=swap: paged recomputed 7 of its 9 preemptions instead (5 of "
+        "parallel-sampling or beam-search groups, which are never swapped; 2 with the CPU swap "
+        "space full: raise engine.swap_space_gib)"]

@@ -35,12 +35,11 @@ from harness.engine.sequence import SYNTHETIC_TOKEN_BASE, Sequence, SequenceGrou
 class Scheduler:
     """Queues + KV manager; emits step plans and applies their outcome."""
 
-    def __init__(self, manager: KVCacheManager, spec: EngineSpec, *, seed: int = 0,
-                 swap_allowed: bool = True) -> None:
+    def __init__(self, manager: KVCacheManager, spec: EngineSpec, *, seed: int = 0) -> None:
         self.manager = manager
         self.spec = spec
         self.seed = seed
-        self.swap_allowed = swap_allowed and spec.preemption == "swap"
+        self.swap_allowed = spec.preemption == "swap"
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []  # sorted by arrival order
         self.swapped: deque[SequenceGroup] = deque()
@@ -55,6 +54,8 @@ class Scheduler:
         self.prompt_tokens_queried = 0
         self.prompt_tokens_cached = 0
         self.readmission_tokens_cached = 0  # of those, hits of requests re-admitted after a preemption
+        # preemptions recomputed although preemption=swap, by why
+        self.swap_fallbacks = {"multi_sequence_group": 0, "cpu_swap_space_full": 0}
 
     # ------------------------------------------------------------------ queues
     def add(self, group: SequenceGroup) -> None:
@@ -199,15 +200,19 @@ class Scheduler:
         group.num_preemptions += 1
         self.num_preemptions += 1
         plan.num_preempted += 1
-        if self.swap_allowed and len(group.seqs) == 1:
-            mapping = self.manager.swap_out(group.seqs[0].seq_id)
-            if mapping is not None:
-                plan.swap_out.extend(mapping)
-                plan.num_swapped_out_groups += 1
-                group.num_swaps += 1
-                self.num_swaps += 1
-                self.swapped.append(group)
-                return
+        if self.swap_allowed:
+            if len(group.seqs) > 1:
+                self.swap_fallbacks["multi_sequence_group"] += 1
+            else:
+                mapping = self.manager.swap_out(group.seqs[0].seq_id)
+                if mapping is not None:
+                    plan.swap_out.extend(mapping)
+                    plan.num_swapped_out_groups += 1
+                    group.num_swaps += 1
+                    self.num_swaps += 1
+                    self.swapped.append(group)
+                    return
+                self.swap_fallbacks["cpu_swap_space_full"] += 1
         for seq in group.seqs:
             self.manager.free(seq.seq_id)
         if len(group.seqs) == 1:
