@@ -96,6 +96,35 @@ def expected_jobs(sweep_dir: Path) -> list[list[str]] | None:
         return None
 
 
+def set_aside_earlier_jobs(sweep_dir: Path, planned: list[list[str]]) -> tuple[Path | None, int]:
+    """Move the job directories of an earlier sweep into ``sweep_dir`` whose overrides are
+    none of the ``planned`` jobs' into ``sweep_dir/previous/<n>/`` (the first free n), so
+    that this sweep's report counts only its own jobs and nothing is lost. A directory of a
+    planned job stays: its job skips a complete run of the same config, or sets that run's
+    outputs aside itself. Returns (where they went, how many), or (None, 0)."""
+    wanted = {tuple(sorted(job)) for job in planned}
+    stale = [path for path in _job_dirs(sweep_dir)
+             if tuple(sorted(_overrides(path))) not in wanted]
+    if not stale:
+        return None, 0
+    n = 1
+    while (sweep_dir / PREVIOUS_DIR / str(n)).exists():
+        n += 1
+    dest = sweep_dir / PREVIOUS_DIR / str(n)
+    for path in stale:
+        target = dest / path.relative_to(sweep_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(target)
+    return dest, len(stale)
+
+
+def _overrides(job_dir: Path) -> list[str]:
+    """A job directory's overrides (``.hydra/overrides.yaml``; [] without one)."""
+    path = job_dir / ".hydra" / "overrides.yaml"
+    return [str(o) for o in yaml.safe_load(path.read_text(encoding="utf-8")) or []] \
+        if path.exists() else []
+
+
 def _job_dirs(sweep_dir: Path, depth: int = 3) -> list[Path]:
     found = []
 
@@ -125,11 +154,7 @@ def collect_jobs(sweep_dir: Path) -> list[Job]:
     """Every job directory of the sweep, plus expected jobs that never got one."""
     jobs = []
     for path in _job_dirs(sweep_dir):
-        name = str(path.relative_to(sweep_dir))
-        overrides_path = path / ".hydra" / "overrides.yaml"
-        overrides = (yaml.safe_load(overrides_path.read_text(encoding="utf-8")) or []
-                     if overrides_path.exists() else [])
-        job = Job(name, [str(o) for o in overrides], FAILED)
+        job = Job(str(path.relative_to(sweep_dir)), _overrides(path), FAILED)
         if (path / "kernel_results.json").exists():
             try:
                 import json

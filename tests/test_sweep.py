@@ -17,7 +17,7 @@ from harness.errors import InputError
 from reports.callbacks import SweepReportCallback
 from reports.html import fmt
 from reports.sweep import (FAILED, FINISHED, MISSING, collect_jobs, expected_jobs, parse_overrides,
-                           render_sweep_report)
+                           render_sweep_report, set_aside_earlier_jobs)
 from test_report import parse, small_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,31 @@ def test_overrides_and_expected_jobs(tmp_path, one_run):
     assert [jobs[f"block_size={b}"].status for b in (8, 16, 32, 64)] == \
         [FINISHED, FINISHED, FAILED, MISSING]
     assert jobs["block_size=32"].reason == "ConfigError: block_size: boom"
+
+
+def test_a_sweep_sets_aside_the_jobs_of_an_earlier_sweep_that_it_does_not_run(tmp_path, one_run,
+                                                                              capsys):
+    """block_size=8,16,32 ran here before; block_size=16,64 now: the job directories of 8 and
+    32 move to previous/1/ (whole, with their results); 16's stays, for its job to skip or
+    set aside itself, and the report counts this sweep's jobs only."""
+    sweep = fake_sweep(tmp_path, one_run)
+    config = OmegaConf.create({"hydra": {
+        "sweep": {"dir": str(sweep)}, "mode": "MULTIRUN",
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                    "params": {}},
+        "overrides": {"task": ["workload=docqa", "block_size=16,64"]}}})
+    SweepReportCallback(enabled=False).on_multirun_start(config)
+    assert sorted(p.name for p in sweep.iterdir()) == ["1", "multirun.yaml", "previous"]
+    moved = sweep / "previous" / "1"
+    assert sorted(p.name for p in moved.iterdir()) == ["0", "2"]
+    assert (moved / "0" / "results.json").exists() and (moved / "2" / "job_failed.txt").exists()
+    assert capsys.readouterr().err.splitlines() == [
+        f"sweep: 2 job directories of an earlier sweep here, not in this one, moved to {moved}",
+        f"sweep: 2 jobs -> {sweep}"]
+    # run again with nothing stale: nothing moves; a second set-aside takes previous/2
+    assert set_aside_earlier_jobs(sweep, [["workload=docqa", "block_size=16"]]) == (None, 0)
+    assert set_aside_earlier_jobs(sweep, [["workload=docqa", "block_size=64"]]) == (
+        sweep / "previous" / "2", 1)
 
 
 def test_sweep_report_aggregates_what_finished_and_lists_what_did_not(tmp_path, one_run):
