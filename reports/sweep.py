@@ -98,10 +98,11 @@ def expected_jobs(sweep_dir: Path) -> list[list[str]] | None:
 
 def set_aside_earlier_jobs(sweep_dir: Path, planned: list[list[str]]) -> tuple[Path | None, int]:
     """Move the job directories of an earlier sweep into ``sweep_dir`` whose overrides are
-    none of the ``planned`` jobs' into ``sweep_dir/previous/<n>/`` (the first free n), so
-    that this sweep's report counts only its own jobs and nothing is lost. A directory of a
-    planned job stays: its job skips a complete run of the same config, or sets that run's
-    outputs aside itself. Returns (where they went, how many), or (None, 0)."""
+    none of the ``planned`` jobs' into ``sweep_dir/previous/<n>/`` (the first free n), with
+    that sweep's ``multirun.yaml``, report and table, so that this sweep's report counts
+    only its own jobs and nothing is lost. A directory of a planned job stays: its job
+    skips a complete run of the same config, or sets that run's outputs aside itself.
+    Returns (where they went, how many job directories), or (None, 0)."""
     wanted = {tuple(sorted(job)) for job in planned}
     stale = [path for path in _job_dirs(sweep_dir)
              if tuple(sorted(_overrides(path))) not in wanted]
@@ -111,7 +112,8 @@ def set_aside_earlier_jobs(sweep_dir: Path, planned: list[list[str]]) -> tuple[P
     while (sweep_dir / PREVIOUS_DIR / str(n)).exists():
         n += 1
     dest = sweep_dir / PREVIOUS_DIR / str(n)
-    for path in stale:
+    sweep_files = [sweep_dir / name for name in ("multirun.yaml", REPORT_NAME, TABLE_NAME)]
+    for path in stale + [path for path in sweep_files if path.is_file()]:
         target = dest / path.relative_to(sweep_dir)
         target.parent.mkdir(parents=True, exist_ok=True)
         path.rename(target)

@@ -288,7 +288,8 @@ def test_a_failed_sweep_job_does_not_report_an_earlier_runs_results(tmp_path):
     earlier = (sweep / "0" / "results.json").read_bytes()
     failed = sweep_run("0")  # job 0 again, now with a bad block size
     assert failed.returncode != 0 and "error: block_size" in failed.stderr
-    assert (sweep / "0" / "previous" / "1" / "results.json").read_bytes() == earlier
+    # the earlier sweep's job is not in this one: set aside whole, before the sweep starts
+    assert (sweep / "previous" / "1" / "0" / "results.json").read_bytes() == earlier
     assert not (sweep / "0" / "results.json").exists()
     from reports.sweep import collect_jobs
 

@@ -79,9 +79,9 @@ def test_a_sweep_sets_aside_the_jobs_of_an_earlier_sweep_that_it_does_not_run(tm
                     "params": {}},
         "overrides": {"task": ["workload=docqa", "block_size=16,64"]}}})
     SweepReportCallback(enabled=False).on_multirun_start(config)
-    assert sorted(p.name for p in sweep.iterdir()) == ["1", "multirun.yaml", "previous"]
+    assert sorted(p.name for p in sweep.iterdir()) == ["1", "previous"]
     moved = sweep / "previous" / "1"
-    assert sorted(p.name for p in moved.iterdir()) == ["0", "2"]
+    assert sorted(p.name for p in moved.iterdir()) == ["0", "2", "multirun.yaml"]
     assert (moved / "0" / "results.json").exists() and (moved / "2" / "job_failed.txt").exists()
     assert capsys.readouterr().err.splitlines() == [
         f"sweep: 2 job directories of an earlier sweep here, not in this one, moved to {moved}",
