@@ -10,10 +10,13 @@ files under ``hydra.sweep.dir``, which all jobs share.
   also re-renders the sweep report, because Hydra skips ``on_multirun_end`` when a
   job raised.
 - ``on_multirun_end``: renders ``sweep_report.html`` at the top of the sweep dir.
+- A sweep that stops before its end (Ctrl-C, which skips ``on_multirun_end``; a job that
+  raised) still gets the report of what finished, when the process exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import sys
 import traceback
 from pathlib import Path
@@ -69,6 +72,7 @@ class SweepReportCallback(Callback):
     def __init__(self, enabled: bool = True, progress: bool = True) -> None:
         self.enabled = enabled
         self.progress = progress
+        self._unreported = False  # a job ended in this process since the report was drawn
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = _sweep_dir(config)
@@ -85,10 +89,14 @@ class SweepReportCallback(Callback):
         if self.progress:
             print(f"sweep: {len(planned)} jobs -> {sweep_dir}" if planned is not None
                   else f"sweep -> {sweep_dir}", file=sys.stderr, flush=True)
+        if self.enabled:
+            self._unreported = True  # until on_multirun_end draws it
+            atexit.register(self._report_at_exit, sweep_dir)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if not _is_multirun(config):
             return
+        self._unreported = True
         sweep_dir = _sweep_dir(config)
         if sweep_dir is None:
             return
@@ -135,8 +143,16 @@ class SweepReportCallback(Callback):
         if self.enabled and sweep_dir is not None:
             self._render(sweep_dir)
 
-    @staticmethod
-    def _render(sweep_dir: Path) -> None:
+    def _report_at_exit(self, sweep_dir: Path) -> None:
+        """Draw the report of a sweep that stopped before ``on_multirun_end``, unless this
+        process drew it after the last job it saw end."""
+        if self._unreported:
+            print("sweep stopped before its end: drawing the report of what finished",
+                  file=sys.stderr, flush=True)
+            self._render(sweep_dir)
+
+    def _render(self, sweep_dir: Path) -> None:
+        self._unreported = False
         try:
             from reports.sweep import render_sweep_report
 

@@ -116,6 +116,30 @@ def test_sweep_report_aggregates_what_finished_and_lists_what_did_not(tmp_path, 
     assert table["preemptions"].dtype.kind == "i"
 
 
+def test_a_sweep_stopped_before_its_end_gets_its_report_when_the_process_exits(
+        tmp_path, one_run, monkeypatch, capsys):
+    """Ctrl-C skips on_multirun_end: the report is drawn at exit, once, and only then."""
+    at_exit = []
+    monkeypatch.setattr("reports.callbacks.atexit.register",
+                        lambda fn, *args: at_exit.append(lambda: fn(*args)))
+    sweep = fake_sweep(tmp_path, one_run)
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}, "mode": "MULTIRUN",
+                                         "overrides": {"task": ["block_size=8,16,32,64"]}}})
+    ended = SweepReportCallback()
+    ended.on_multirun_start(config)
+    ended.on_multirun_end(config)
+    (sweep / "sweep_report.html").unlink()
+    stopped = SweepReportCallback()
+    stopped.on_multirun_start(config)
+    [ended_at_exit, stopped_at_exit] = at_exit
+    ended_at_exit()
+    assert not (sweep / "sweep_report.html").exists()
+    stopped_at_exit()
+    assert (sweep / "sweep_report.html").exists()
+    assert "sweep stopped before its end: drawing the report of what finished" in \
+        capsys.readouterr().err
+
+
 def test_counts_stay_integers_in_the_csv_when_some_rows_lack_them():
     from reports.sweep import _with_int_counts
 
