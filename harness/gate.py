@@ -29,7 +29,9 @@ baseline with ``--update``), ``REGRESSION`` (worse beyond tolerance), ``CHANGED`
 figure with no better direction moved), ``MISSING`` (in the baseline, not in the
 results), ``new`` (not in the baseline), ``info`` (reported, not gated). Any
 REGRESSION / CHANGED / MISSING, an incomplete run, or a job with no baseline makes
-the exit status 1; a bad input file exits with 2 and names the file.
+the exit status 1; a bad input file exits with 2 and names the file, and so does a
+gate that would check nothing (no rule matches a metric). ``--update`` refuses (2) to
+overwrite a baseline it cannot read, since it keeps that baseline's other jobs.
 
 Use your own rules with ``--rules FILE`` (a JSON list in the format ``--show-rules``
 prints).
@@ -331,17 +333,35 @@ def find_results(paths: Iterable[str]) -> list[Path]:
     return found
 
 
+def _read_json(path: Path, missing: str) -> Any:
+    """The JSON data in ``path``; an InputError naming it (``missing`` if it does not exist)
+    when it cannot be read or is not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(missing, path=str(path)) from None
+    except IsADirectoryError:
+        raise InputError("is a directory; pass a JSON file", path=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read it: {exc.strerror}", path=str(path)) from None
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text (not a JSON file?)", path=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
+                         line=exc.lineno) from None
+
+
+def _finite(value: Any) -> bool:
+    """A finite int or float (not a bool, not NaN or infinity)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
 def read_any_results(path: Path) -> dict:
     """A serving results.json (validated by ``read_results``) or a kernel_results.json."""
     if path.name != "kernel_results.json":
         return read_results(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("results file not found", path=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
-                         line=exc.lineno) from None
+    data = _read_json(path, "results file not found")
     if not isinstance(data, dict) or data.get("schema") != KERNEL_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else None
         raise InputError(f"schema {found!r} is not supported (this pagebench reads "
@@ -366,29 +386,33 @@ def load_current(paths: Iterable[str]) -> dict[str, dict]:
 
 
 def load_baseline(path: Path) -> dict:
-    if not path.exists():
-        raise InputError("baseline not found; create it with --update (then review and commit "
-                         "it)", path=str(path))
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
-                         line=exc.lineno) from None
+    """A baseline file, checked to hold only what ``make_baseline`` writes: per job a
+    ``metrics`` mapping of finite numbers or null (no data)."""
+    data = _read_json(path, "baseline not found; create it with --update (then review and "
+                            "commit it)")
     if not isinstance(data, dict) or data.get("pagebench_baseline") != BASELINE_FORMAT:
-        raise InputError(f"not a pagebench baseline (format {BASELINE_FORMAT}); rewrite it with "
-                         "--update", path=str(path))
+        raise InputError(f"not a pagebench baseline (format {BASELINE_FORMAT}); check the path "
+                         "(--update writes a new one where no file exists)", path=str(path))
     if not isinstance(data.get("jobs"), dict):
         raise InputError("missing 'jobs' mapping", path=str(path), field="jobs")
+    for key, job in data["jobs"].items():
+        if not isinstance(job, dict):
+            raise InputError(f"must be a mapping with 'metrics', got {job!r:.40}",
+                             path=str(path), field=f"jobs.{key}")
+        if not isinstance(job.get("metrics"), dict):
+            got = f"got {job['metrics']!r:.40}" if "metrics" in job else "missing"
+            raise InputError(f"must be a mapping of metric values ({got})", path=str(path),
+                             field=f"jobs.{key}.metrics")
+        for metric, value in job["metrics"].items():
+            if value is not None and not _finite(value):
+                raise InputError(f"must be a finite number or null, got {value!r:.40}",
+                                 path=str(path), field=f"jobs.{key}.metrics.{metric}")
     return data
 
 
 def load_rules(path: Path) -> tuple[Rule, ...]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("rules file not found", path=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
+    """Rules from a JSON file in the ``--show-rules`` format, each field's type checked."""
+    data = _read_json(path, "rules file not found")
     names = {f.name for f in fields(Rule)}
     if not isinstance(data, list) or not data:
         raise InputError("expected a non-empty JSON list of rules (see --show-rules)",
@@ -405,6 +429,16 @@ def load_rules(path: Path) -> tuple[Rule, ...]:
         if item["better"] not in ("higher", "lower", "equal", "info"):
             raise InputError("must be higher, lower, equal or info", path=str(path),
                              field=f"[{i}].better")
+        for key in ("metric", "why"):
+            if not isinstance(item.get(key, ""), str):
+                raise InputError(f"must be a string, got {item[key]!r:.40}", path=str(path),
+                                 field=f"[{i}].{key}")
+        for key in ("abs_tol", "rel_tol", "noise_band"):
+            value = item.get(key, 0)
+            if not (key == "noise_band" and value is None) and not (_finite(value) and value >= 0):
+                allowed = " or null" if key == "noise_band" else ""
+                raise InputError(f"must be a finite non-negative number{allowed}, got "
+                                 f"{value!r:.40}", path=str(path), field=f"[{i}].{key}")
         rules.append(Rule(**item))
     return tuple(rules)
 
@@ -508,8 +542,10 @@ def update_baseline(current: dict[str, dict], path: Path, rules: tuple[Rule, ...
     new = make_baseline(current, rules)
     try:
         old = load_baseline(path) if path.exists() else None
-    except InputError:
-        old = None  # an unreadable old baseline is being replaced
+    except InputError as exc:  # replacing it would lose its other jobs
+        raise InputError(f"{exc}; --update keeps a baseline's other jobs, so it does not "
+                         "overwrite one it cannot read: fix it, or delete it to start afresh"
+                         ) from None
     if old is not None:
         rows = [r for r in compare(current, old, rules) if r.metric != "(job)"]
         for line in table_lines(_shown(rows, failures_only)):
@@ -553,6 +589,10 @@ def main(argv: list[str] | None = None) -> int:
             update_baseline(current, baseline_path, rules, args.failures_only)
             return 0
         rows = compare(current, load_baseline(baseline_path), rules)
+        if not rows:  # (a missing or incomplete job gives a row)
+            raise InputError("0 checks made: no rule matches a metric of these results or of "
+                             "the baseline, and a gate that checks nothing does not pass",
+                             path=args.rules)
     except PagebenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -334,3 +334,88 @@ def test_kernel_results_are_gated_on_within_run_ratios_with_a_noise_band(tmp_pat
     assert code == 1 and v["run.complete"] == "INCOMPLETE"
     write(run, {**kernel_results(), "schema": "pagebench.kernel_bench/0"})
     assert gate.main([str(run), "--baseline", str(base)]) == 2
+
+
+JOB16 = "docqa/n50/llama-2-13b/a100-80gb/bs16/seed0/sim"
+
+
+def test_update_refuses_to_overwrite_an_unreadable_baseline(tmp_path, capsys):
+    """--update keeps a baseline's other jobs, so it must not replace one it cannot read."""
+    base = tmp_path / "baseline.json"
+    runs = [write(tmp_path / f"r{bs}" / "results.json", make_results(block_size=bs))
+            for bs in (8, 16)]
+    assert gate.main([*map(str, runs), "--baseline", str(base), "--update"]) == 0
+    lines = base.read_text().splitlines(keepends=True)
+    conflicted = "".join(lines[:3] + ["<<<<<<< HEAD\n"] + lines[3:])
+    garbled = json.loads(base.read_text())
+    garbled["jobs"][JOB16]["metrics"] = "abc"
+    for text in (conflicted, json.dumps(garbled)):
+        base.write_text(text)
+        capsys.readouterr()
+        assert gate.main([str(runs[1]), "--baseline", str(base), "--update"]) == 2
+        err = capsys.readouterr().err
+        assert str(base) in err and "does not overwrite" in err, err
+        assert base.read_text() == text  # untouched: the bs8 job is still there
+    assert gate.main([str(tmp_path / "r8"), "--baseline", str(tmp_path), "--update"]) == 2
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["jobs"][JOB16].update(metrics="abc"), f"'jobs.{JOB16}.metrics'"),
+    (lambda d: d["jobs"][JOB16].pop("metrics"), f"'jobs.{JOB16}.metrics'"),
+    (lambda d: d["jobs"].update({JOB16: 5}), f"'jobs.{JOB16}'"),
+    (lambda d: d["jobs"].update(x=5), "'jobs.x'"),
+    (lambda d: d["jobs"][JOB16]["metrics"].update({"paged.preemptions": "abc"}),
+     f"'jobs.{JOB16}.metrics.paged.preemptions': must be a finite number or null"),
+    (lambda d: d["jobs"][JOB16]["metrics"].update({"paged.preemptions": float("nan")}),
+     "must be a finite number or null, got nan"),
+    (lambda d: d["jobs"][JOB16]["metrics"].update({"paged.preemptions": True}),
+     "must be a finite number or null, got True"),
+], ids=["metrics-str", "metrics-missing", "job-int", "unknown-job-int", "value-str", "value-nan",
+        "value-bool"])
+def test_a_garbled_baseline_job_is_bad_input_not_a_verdict(tmp_path, baseline, edit, message):
+    data = json.loads(baseline.read_text())
+    edit(data)
+    baseline.write_text(json.dumps(data))
+    run = write(tmp_path / "r" / "results.json", make_results())
+    proc = _cli(str(run), "--baseline", str(baseline), "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert str(baseline) in proc.stderr and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "o").exists()
+
+
+def test_null_baseline_values_are_accepted(tmp_path, baseline):
+    """make_baseline writes null for 'no data' (here tpot_s.p50): a figure, not bad input."""
+    data = json.loads(baseline.read_text())
+    assert data["jobs"][JOB16]["metrics"]["paged.latency.tpot_s.p50"] is None
+    assert run_gate(tmp_path, make_results(), baseline)[0] == 0
+    data["jobs"][JOB16]["metrics"]["paged.preemptions"] = None
+    baseline.write_text(json.dumps(data))
+    code, report = run_gate(tmp_path, make_results(), baseline)
+    assert code == 1 and verdicts(report)["paged.preemptions"] == "CHANGED"
+
+
+def test_a_directory_as_baseline_is_bad_input(tmp_path, capsys):
+    run = write(tmp_path / "r" / "results.json", make_results())
+    assert gate.main([str(run), "--baseline", str(tmp_path)]) == 2
+    assert f"{tmp_path}: is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field, bad, good", [
+    ("abs_tol", "abc", 0.01), ("rel_tol", -0.1, 0), ("abs_tol", float("nan"), 1),
+    ("noise_band", True, None), ("metric", 5, "*.memory.token_states_pct"), ("why", ["x"], "ok"),
+])
+def test_rule_fields_are_type_checked(tmp_path, baseline, capsys, field, bad, good):
+    rule = {"metric": "*.memory.token_states_pct", "better": "higher"}
+    rules = write(tmp_path / "rules.json", [{**rule, field: bad}])
+    assert run_gate(tmp_path, make_results(), baseline, "--rules", str(rules))[0] == 2
+    assert f"{rules}: field '[0].{field}'" in capsys.readouterr().err
+    write(rules, [{**rule, field: good}])
+    assert run_gate(tmp_path, make_results(), baseline, "--rules", str(rules))[0] == 0
+
+
+def test_rules_that_match_no_metric_do_not_pass(tmp_path, baseline, capsys):
+    rules = write(tmp_path / "rules.json", [{"metric": "nomatch.*", "better": "higher",
+                                             "abs_tol": 0.01}])
+    code, report = run_gate(tmp_path, make_results(), baseline, "--rules", str(rules))
+    assert code == 2 and report is None
+    assert f"{rules}: 0 checks made: no rule matches" in capsys.readouterr().err
