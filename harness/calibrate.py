@@ -59,6 +59,42 @@ class Sample:
                 self.num_prefill_chunks]
 
 
+def device_arg(text: str) -> str:
+    """``--device`` (argparse ``type=``): auto, cpu, cuda or cuda:N, checked before anything runs."""
+    value = text.strip()
+    index = value[5:] if value.startswith("cuda:") else None
+    if value in ("auto", "cpu", "cuda") or (index is not None and index.isascii() and index.isdigit()):
+        return value
+    raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text!r}")
+
+
+def check_device(name: str) -> None:
+    """A ConfigError naming ``--device`` when it asks for a GPU this machine does not have."""
+    import torch
+
+    from harness.errors import ConfigError
+
+    if not name.startswith("cuda"):
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: no CUDA device is available; use --device cpu (or auto)")
+    count = torch.cuda.device_count()
+    if ":" in name and int(name.split(":", 1)[1]) >= count:
+        raise ConfigError(f"--device {name}: this machine has {count} CUDA device(s) (cuda:0.."
+                          f"cuda:{count - 1})")
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (argparse ``type=``), e.g. ``--seed``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def load_spec(cls, group: str, name: str, where: str):
     """A config group entry (conf/<group>/<name>.yaml) as its typed spec."""
     from omegaconf import OmegaConf
@@ -273,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also write the full result as JSON here")
     parser.add_argument("--layers", type=positive_int, default=None, help="num_layers_override")
     parser.add_argument("--dtype", default=None, help="override the model dtype")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--batch-sizes", type=positive_ints, default=None, help="comma list, e.g. 1,8,32")
     parser.add_argument("--context-lens", type=positive_ints, default=None, help="comma list, e.g. 128,512")
     parser.add_argument("--output-len", type=positive_int, default=None)
@@ -281,12 +317,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="hold back every n-th grid point (>= 2; default 3)")
     parser.add_argument("--block-size", type=positive_int, default=16)
     parser.add_argument("--max-num-batched-tokens", type=positive_int, default=8192)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--cpu-threads", type=positive_int, default=1, help="torch threads on CPU runs")
     args = parser.parse_args(argv)
     if args.holdout_every < 2:
         parser.error("--holdout-every must be >= 2: every point held back leaves none to fit")
     try:
+        check_device(args.device)
         model = load_spec(ModelSpec, "model", args.model, "model")
         if args.layers is not None or args.dtype is not None:
             model = replace(model, num_layers_override=args.layers or model.num_layers_override,

@@ -31,6 +31,7 @@ import torch
 
 from allocators.paged import PagedKVCacheManager
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
+from harness.calibrate import check_device, device_arg
 from harness.cli_args import output_file, positive_int, positive_ints
 
 DEFAULT_BATCHES = (1, 8, 32, 128, 256, 512)
@@ -134,7 +135,7 @@ def markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.hostcost", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    parser.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
     parser.add_argument("--batch-sizes", type=positive_ints, default=DEFAULT_BATCHES,
                         help=f"comma list (default {','.join(map(str, DEFAULT_BATCHES))})")
     parser.add_argument("--context-len", type=positive_int, default=2048,
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.errors import PagebenchError
 
     try:
+        check_device(args.device)
         device = resolve_device(args.device)
         if device.type == "cpu":
             torch.set_num_threads(args.cpu_threads)  # host-side costs: parallel tiny ops only add waits

@@ -136,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, known in sorted(KNOWN.items()):
             print(f"{name:18s} {known.note}\n{'':18s} {known.url}")
         return 0
+    if args.name not in KNOWN:  # a usage error, as argparse's own: exit status 2
+        from harness.errors import did_you_mean
+
+        get.error(f"unknown trace {args.name!r}.{did_you_mean(args.name, KNOWN)} Known: "
+                  f"{', '.join(sorted(KNOWN))} (python -m harness.traces list)")
     try:
         path = fetch(args.name, args.dest, args.url, args.sha256, verify=not args.no_verify)
     except FetchError as err:

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from harness.errors import ConfigError
 from kernels.bench_results import check_targets, markdown_table, summarize, write_results
 from kernels.bench_spec import DTYPES, HeadConfig, KernelBenchSpec, _plain, load_spec
 from kernels.contiguous_decode import contiguous_decode_attention
@@ -200,7 +201,7 @@ def _linear_call(head: HeadConfig, batch: int, dtype: torch.dtype, device: torch
 def _resolve_device(name: str) -> torch.device:
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise ValueError("kernel_bench.device=cuda but no CUDA device is visible; use auto or cpu")
+            raise ConfigError("kernel_bench.device=cuda but no CUDA device is visible; use auto or cpu")
         return torch.device("cuda")
     return torch.device("cpu")
 

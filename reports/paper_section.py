@@ -440,10 +440,63 @@ def study_section(study: dict, values: dict | None = None, *, heading_level: int
     return "\n".join(parts)
 
 
+_STUDY_MAPPINGS = ("params", "setup", "timing", "host", "measured", "workloads", "series", "sustained",
+                   "details")
+
+
+def read_study(path: Path) -> dict:
+    """Load a study.json (``path``: the file or its run directory), checking that it is one
+    this version can render; a malformed file is an InputError naming the file and field."""
+    from harness.errors import InputError
+    from harness.studies import STUDY_SCHEMA_VERSION
+
+    path = Path(path)
+    if path.is_dir() and path.name != "study.json":
+        path = path / "study.json"
+    if not path.is_file():
+        what = "not a file" if path.exists() else "study file not found"
+        raise InputError(f"{what}; pass a study run directory or its study.json", path=str(path))
+    try:
+        study = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path), line=exc.lineno) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the study file: {exc}", path=str(path)) from None
+    if not isinstance(study, dict):
+        raise InputError(f"not a pagebench study file (expected a JSON object, got "
+                         f"{type(study).__name__})", path=str(path))
+    if study.get("kind", "study") != "study":
+        raise InputError(f"not a pagebench study file (kind {study['kind']!r}, expected 'study')",
+                         path=str(path), field="kind")
+    version = study.get("schema_version", STUDY_SCHEMA_VERSION)
+    if version != STUDY_SCHEMA_VERSION:
+        raise InputError(f"{version!r} is not supported (this pagebench reads "
+                         f"{STUDY_SCHEMA_VERSION}); re-run the study with the matching version",
+                         path=str(path), field="schema_version")
+    if not isinstance(study.get("study"), str) or not study["study"]:
+        problem = "missing" if "study" not in study else f"must be the study's name, got {study['study']!r}"
+        raise InputError(f"{problem} (the name of the study, e.g. 'vllm_fig2')", path=str(path), field="study")
+    for key in _STUDY_MAPPINGS:
+        if study.get(key) is not None and not isinstance(study[key], dict):
+            raise InputError(f"must be a mapping, got {type(study[key]).__name__}", path=str(path), field=key)
+    if study.get("jobs") is not None and not isinstance(study["jobs"], list):
+        raise InputError(f"must be a list, got {type(study['jobs']).__name__}", path=str(path), field="jobs")
+    for ident, value in (study.get("measured") or {}).items():
+        if not (value is None or _is_number(value)
+                or (isinstance(value, list) and all(_is_number(v) for v in value))):
+            raise InputError(f"must be a number, a list of numbers or null, got {value!r:.60}",
+                             path=str(path), field=f"measured.{ident}")
+    return study
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def render_study_report(run_dir: Path) -> Path:
     """Write ``report.html`` for the study in ``run_dir`` (reads ``study.json``)."""
     run_dir = Path(run_dir)
-    study = json.loads((run_dir / "study.json").read_text(encoding="utf-8"))
+    study = read_study(run_dir / "study.json")
     values = load_paper_values()
     body = [f"<h1>pagebench: reproducing the PagedAttention paper — {esc(study['study'])}</h1>",
             f"<p class='meta'>{esc(values.get('source', ''))}</p>",
@@ -482,12 +535,18 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m reports.paper_section [--markdown] <study run dir> [...]",
               file=sys.stderr)
         return 2
-    if markdown:  # the measured-vs-published table of docs/paper.md, from finished studies
-        studies = [json.loads((Path(d) / "study.json").read_text(encoding="utf-8")) for d in dirs]
-        print(markdown_summary(studies), end="")
-        return 0
-    for arg in dirs:
-        print(render_study_report(Path(arg)))
+    from harness.errors import PagebenchError
+
+    try:
+        if markdown:  # the measured-vs-published table of docs/paper.md, from finished studies
+            studies = [read_study(Path(d)) for d in dirs]
+            print(markdown_summary(studies), end="")
+            return 0
+        for arg in dirs:
+            print(render_study_report(Path(arg)))
+    except PagebenchError as exc:  # a malformed study.json
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
