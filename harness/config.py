@@ -8,6 +8,7 @@ that names the key (``engine.max_num_seqs``) and says how to fix it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -15,6 +16,13 @@ from harness.errors import ConfigError, did_you_mean
 
 GIB = 1024**3
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# The most KV slots a run may have: slot numbers (and block ids) are int32 in the block
+# tables, slot mappings and kernels, and the block pool keeps per-block state in host
+# memory. 2**31 slots is ~2 Gi tokens of KV: 1 TiB even for model=tiny (512 bytes a token),
+# far beyond any accelerator for a real model.
+MAX_KV_SLOTS = 2**31
+# What the top-level ``run`` key may select (harness/__main__.py dispatches on it).
+RUN_MODES = ("serve", "study", "kernels")
 
 
 def to_plain(node: Any) -> Any:
@@ -45,6 +53,9 @@ def build_spec(cls: type, node: Mapping[str, Any] | None, where: str, **extra: A
         sub = _NESTED.get((cls.__name__, key))
         if sub is not None and isinstance(value, Mapping):
             data[key] = build_spec(sub, value, f"{where}.{key}")
+        elif sub is not None and not (value is None and _field_default(cls, key) is None):
+            raise ConfigError(f"{where}.{key}: must be a mapping of {sub.__name__} keys "
+                              f"({', '.join(f.name for f in dataclasses.fields(sub))}), got {value!r}")
     missing = [f.name for f in dataclasses.fields(cls)
                if f.name not in data and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
@@ -56,9 +67,78 @@ def build_spec(cls: type, node: Mapping[str, Any] | None, where: str, **extra: A
     return obj
 
 
+def _field_default(cls: type, name: str) -> Any:
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return f.default
+
+
 def _require(cond: bool, key: str, message: str) -> None:
     if not cond:
         raise ConfigError(f"{key}: {message}")
+
+
+# Typed checks for the validate methods. YAML and Hydra overrides parse true/false as
+# booleans, numbers as int/float and anything else (``no``, ``abc``) as a string, so each
+# key's type is checked before its range: a string never reaches a comparison (a
+# TypeError), a bool never passes for an integer (True == 1), and nan/inf (``1e400``,
+# ``inf``) never reach arithmetic.
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require_bool(spec: Any, where: str, *keys: str, optional: bool = False,
+                  hint: str = "") -> None:
+    """Each key is true or false (or null when ``optional``); strings such as 'no' are refused."""
+    for key in keys:
+        value = getattr(spec, key)
+        if value is None and optional:
+            continue
+        _require(isinstance(value, bool), f"{where}.{key}",
+                 f"must be {'true, false or null' if optional else 'true or false'}{hint}, "
+                 f"got {value!r}")
+
+
+def _require_int(spec: Any, where: str, *keys: str, optional: bool = False,
+                 maximum: int | None = None, hint: str = "") -> None:
+    """Each key is a positive integer (not a bool), at most ``maximum`` (or null when ``optional``)."""
+    for key in keys:
+        value = getattr(spec, key)
+        if value is None and optional:
+            continue
+        _require(_is_int(value) and value > 0, f"{where}.{key}",
+                 f"must be a positive integer{' or null' if optional else ''}{hint}, got {value!r}")
+        if maximum is not None:
+            _require(value <= maximum, f"{where}.{key}",
+                     f"must be at most {maximum:,}{hint}, got {value:,}")
+
+
+# Ranges for _require_number: (what the message says, the test)
+NON_NEGATIVE = ("a number >= 0", lambda v: v >= 0)
+POSITIVE = ("a positive number", lambda v: v > 0)
+FRACTION = ("a number in (0, 1]", lambda v: 0 < v <= 1)
+
+
+def _require_number(spec: Any, where: str, *keys: str, rule: tuple = NON_NEGATIVE,
+                    optional: bool = False, hint: str = "") -> None:
+    """Each key is a finite int or float (not a bool, not a string) within ``rule``."""
+    what, ok = rule
+    for key in keys:
+        value = getattr(spec, key)
+        if value is None and optional:
+            continue
+        must = f"must be {what}{' or null' if optional else ''}{hint}"
+        _require(isinstance(value, (int, float)) and not isinstance(value, bool),
+                 f"{where}.{key}", f"{must}, got {value!r}")
+        _require(math.isfinite(value), f"{where}.{key}", f"{must}; got {value!r}, which is not finite")
+        _require(ok(value), f"{where}.{key}", f"{must}, got {value!r}")
+
+
+def _require_str(spec: Any, where: str, *keys: str) -> None:
+    for key in keys:
+        value = getattr(spec, key)
+        _require(isinstance(value, str) and value != "", f"{where}.{key}",
+                 f"must be a non-empty string, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -80,17 +160,16 @@ class ModelSpec:
     num_layers_override: int | None = None
 
     def validate(self, where: str) -> None:
-        for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-                    "intermediate_size", "vocab_size", "max_context"):
-            _require(isinstance(getattr(self, key), int) and getattr(self, key) > 0,
-                     f"{where}.{key}", f"must be a positive integer, got {getattr(self, key)!r}")
+        _require_str(self, where, "name")
+        _require_int(self, where, "num_layers", "hidden_size", "num_heads", "num_kv_heads",
+                     "head_dim", "intermediate_size", "vocab_size", "max_context")
         _require(self.num_heads % self.num_kv_heads == 0, f"{where}.num_kv_heads",
                  f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads")
         _require(self.mlp in ("gated", "gelu"), f"{where}.mlp", "must be 'gated' or 'gelu'")
-        _require(self.dtype in DTYPE_BYTES, f"{where}.dtype",
+        _require(isinstance(self.dtype, str) and self.dtype in DTYPE_BYTES, f"{where}.dtype",
                  f"must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
-        if self.num_layers_override is not None:
-            _require(self.num_layers_override > 0, f"{where}.num_layers_override", "must be > 0")
+        _require_bool(self, where, "tied_embeddings")
+        _require_int(self, where, "num_layers_override", optional=True)
 
     @property
     def layers(self) -> int:
@@ -152,21 +231,15 @@ class FittedCostSpec:
     max_context_len: int | None = None
 
     def validate(self, where: str) -> None:
-        for key in ("step_overhead_s", "per_token_s", "per_attention_pair_s", "per_kv_read_slot_s",
-                    "per_seq_s", "per_prefill_chunk_s"):
-            value = getattr(self, key)
-            _require(isinstance(value, (int, float)) and value >= 0, f"{where}.{key}",
-                     f"must be a number >= 0, got {value!r}")
-        for key in ("max_batch_size", "max_context_len"):
-            value = getattr(self, key)
-            _require(value is None or (isinstance(value, int) and not isinstance(value, bool)
-                                       and value > 0),
-                     f"{where}.{key}", f"must be a positive integer or null, got {value!r}")
-        for key in ("compute_efficiency", "bandwidth_efficiency"):
-            value = getattr(self, key)
-            if value is not None:
-                _require(0 < value <= 1, f"{where}.{key}", f"must be in (0, 1] or null, got {value!r}")
-        _require(self.dtype in DTYPE_BYTES, f"{where}.dtype", f"must be one of {', '.join(DTYPE_BYTES)}")
+        _require_str(self, where, "model")
+        _require_int(self, where, "num_layers")
+        _require_number(self, where, "step_overhead_s", "per_token_s", "per_attention_pair_s",
+                        "per_kv_read_slot_s", "per_seq_s", "per_prefill_chunk_s")
+        _require_int(self, where, "max_batch_size", "max_context_len", optional=True)
+        _require_number(self, where, "compute_efficiency", "bandwidth_efficiency", rule=FRACTION,
+                        optional=True)
+        _require(isinstance(self.dtype, str) and self.dtype in DTYPE_BYTES, f"{where}.dtype",
+                 f"must be one of {', '.join(DTYPE_BYTES)}")
 
     def applies_to(self, model: "ModelSpec") -> bool:
         return (self.model == model.name and self.num_layers == model.layers
@@ -184,10 +257,9 @@ class HardwareSpec:
     fitted: FittedCostSpec | None = None
 
     def validate(self, where: str) -> None:
-        for key in ("memory_gib", "hbm_bandwidth_gbps", "peak_fp16_tflops"):
-            value = getattr(self, key)
-            _require(isinstance(value, (int, float)) and value > 0, f"{where}.{key}",
-                     f"must be a positive number, got {value!r}")
+        _require_str(self, where, "name")
+        _require_number(self, where, "memory_gib", "hbm_bandwidth_gbps", "peak_fp16_tflops",
+                        rule=POSITIVE)
 
 
 @dataclass(frozen=True)
@@ -199,10 +271,8 @@ class CostSpec:
     step_overhead_s: float = 0.002
 
     def validate(self, where: str) -> None:
-        for key in ("compute_efficiency", "bandwidth_efficiency"):
-            value = getattr(self, key)
-            _require(0 < value <= 1, f"{where}.{key}", f"must be in (0, 1], got {value!r}")
-        _require(self.step_overhead_s >= 0, f"{where}.step_overhead_s", "must be >= 0")
+        _require_number(self, where, "compute_efficiency", "bandwidth_efficiency", rule=FRACTION)
+        _require_number(self, where, "step_overhead_s")
 
 
 @dataclass(frozen=True)
@@ -242,40 +312,25 @@ class EngineSpec:
                  "must be 'continuous' or 'static'")
         _require(self.preemption in ("recompute", "swap"), f"{where}.preemption",
                  "must be 'recompute' or 'swap'")
-        for key in ("max_num_seqs", "max_num_batched_tokens"):
-            value = getattr(self, key)
-            _require(isinstance(value, int) and value > 0, f"{where}.{key}",
-                     f"must be a positive integer, got {value!r}")
-        _require(0 < self.gpu_memory_utilization <= 1, f"{where}.gpu_memory_utilization",
-                 f"must be in (0, 1], got {self.gpu_memory_utilization}")
-        _require(self.activation_reserve_gib >= 0, f"{where}.activation_reserve_gib", "must be >= 0")
-        _require(self.swap_space_gib >= 0, f"{where}.swap_space_gib", "must be >= 0")
-        if self.kv_capacity_slots is not None:
-            _require(isinstance(self.kv_capacity_slots, int) and self.kv_capacity_slots > 0,
-                     f"{where}.kv_capacity_slots", f"must be a positive integer or null, got "
-                     f"{self.kv_capacity_slots!r}")
-        if self.max_model_len is not None:
-            _require(isinstance(self.max_model_len, int) and self.max_model_len > 0,
-                     f"{where}.max_model_len", "must be a positive integer or null")
-        if self.wall_time_limit_s is not None:
-            _require(self.wall_time_limit_s > 0, f"{where}.wall_time_limit_s", "must be > 0 or null")
+        _require_int(self, where, "max_num_seqs", "max_num_batched_tokens")
+        _require_bool(self, where, "chunked_prefill", "fast_forward", "block_tables_on_device")
+        _require_number(self, where, "gpu_memory_utilization", rule=FRACTION)
+        _require_number(self, where, "activation_reserve_gib", "swap_space_gib")
+        _require_int(self, where, "kv_capacity_slots", optional=True, maximum=MAX_KV_SLOTS,
+                     hint=" (slot numbers are int32 in the block tables and kernels)")
+        _require_int(self, where, "max_model_len", optional=True)
+        _require_number(self, where, "wall_time_limit_s", rule=POSITIVE, optional=True)
         _require(isinstance(self.device, str) and (self.device in ("auto", "cpu", "cuda")
                                                    or self.device.startswith("cuda:")),
                  f"{where}.device", f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        _require(self.batch_invariant in (None, True, False), f"{where}.batch_invariant",
-                 "must be true, false or null (null = on for CPU, off for CUDA)")
+        _require_bool(self, where, "batch_invariant", optional=True,
+                      hint=" (null = on for CPU, off for CUDA)")
         _require(self.kernel_backend in ("auto", "triton", "torch"), f"{where}.kernel_backend",
                  f"must be auto, triton or torch, got {self.kernel_backend!r}")
         _require(self.sampling in ("greedy", "seeded"), f"{where}.sampling",
                  f"must be greedy or seeded, got {self.sampling!r}")
-        _require(isinstance(self.telemetry_interval_s, (int, float)) and self.telemetry_interval_s >= 0,
-                 f"{where}.telemetry_interval_s", "must be >= 0 (0 = no NVML telemetry)")
-        if self.cpu_threads is not None:
-            _require(isinstance(self.cpu_threads, int) and self.cpu_threads > 0,
-                     f"{where}.cpu_threads", "must be a positive integer or null")
-        if self.profile_activation_tokens is not None:
-            _require(isinstance(self.profile_activation_tokens, int) and self.profile_activation_tokens > 0,
-                     f"{where}.profile_activation_tokens", "must be a positive integer or null")
+        _require_number(self, where, "telemetry_interval_s", hint=" (0 = no NVML telemetry)")
+        _require_int(self, where, "cpu_threads", "profile_activation_tokens", optional=True)
 
 
 @dataclass(frozen=True)
@@ -297,9 +352,8 @@ class SystemSpec:
                      f"must be max, pow2 or oracle, got {self.policy!r}")
             _require(self.arena in ("buddy", "first_fit", "best_fit"), f"{where}.arena",
                      f"must be buddy, first_fit or best_fit, got {self.arena!r}")
-        if self.block_size is not None:
-            _require(isinstance(self.block_size, int) and self.block_size > 0,
-                     f"{where}.block_size", f"must be a positive integer, got {self.block_size!r}")
+        _require_int(self, where, "block_size", optional=True)
+        _require_bool(self, where, "prefix_caching")
 
     @property
     def label(self) -> str:
@@ -309,6 +363,22 @@ class SystemSpec:
 
 
 _NESTED = {("EngineSpec", "cost"): CostSpec, ("HardwareSpec", "fitted"): FittedCostSpec}
+
+
+def check_run_options(cfg: Mapping[str, Any]) -> None:
+    """The top-level keys a serving run reads besides the specs: ``run`` must name a mode
+    (``harness/__main__.py`` sends every mode but study and kernels to the serving run, so
+    a misspelt one would otherwise run a plain serve) and ``progress`` must be a boolean."""
+    mode = cfg.get("run", "serve")
+    if not isinstance(mode, str) or mode not in RUN_MODES:
+        raise ConfigError(
+            f"run: unknown run mode {mode!r}.{did_you_mean(str(mode), RUN_MODES)} Valid modes: "
+            f"{', '.join(RUN_MODES)} (serve runs the systems through the engine; study and "
+            "kernels come with their experiments, e.g. experiment=vllm_fig12, experiment=kernels)")
+    progress = cfg.get("progress", True)
+    if not isinstance(progress, bool):
+        raise ConfigError(f"progress: must be true or false, got {progress!r} (progress=false "
+                          "hides the progress bars)")
 
 
 def wants_report(cfg: Mapping[str, Any]) -> bool:
@@ -354,11 +424,31 @@ def select_systems(names: Any, catalog: Mapping[str, Any], block_size: int) -> l
 
 
 def kv_capacity_slots(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec) -> int:
-    """KV slots that fit: explicit override, or what is left after weights and activations."""
+    """KV slots that fit: explicit override, or what is left after weights and activations.
+
+    An explicit ``engine.kv_capacity_slots`` may ignore the weights (the PagedAttention
+    paper's setup gives the KV cache 12 GiB outright), but its KV must fit in the
+    hardware's whole memory: more is a pool the modelled device could not hold.
+    """
     if engine.kv_capacity_slots is not None:
-        return engine.kv_capacity_slots
+        slots = engine.kv_capacity_slots
+        kv_bytes = slots * model.bytes_per_slot
+        if kv_bytes > hardware.memory_gib * GIB:
+            raise ConfigError(
+                f"engine.kv_capacity_slots={slots:,} is more KV than hardware={hardware.name} holds: "
+                f"{slots:,} slots x {model.bytes_per_slot:,} bytes ({model.name}) = "
+                f"{kv_bytes / GIB:,.1f} GiB > hardware.memory_gib={hardware.memory_gib}; at most "
+                f"{int(hardware.memory_gib * GIB // model.bytes_per_slot):,} slots fit (or null to "
+                "derive it from the memory left after the weights)")
+        return slots
     budget = hardware.memory_gib * GIB * engine.gpu_memory_utilization
     free = budget - model.weight_bytes - engine.activation_reserve_gib * GIB
+    if free / model.bytes_per_slot > MAX_KV_SLOTS:
+        raise ConfigError(
+            f"hardware.memory_gib={hardware.memory_gib} leaves room for "
+            f"{free / model.bytes_per_slot:.3g} KV slots of {model.name}, more than the "
+            f"{MAX_KV_SLOTS:,} a run supports (slot numbers are int32 in the block tables and "
+            "kernels): give the device's real memory, or set engine.kv_capacity_slots")
     slots = int(free // model.bytes_per_slot)
     if slots <= 0:
         raise ConfigError(

@@ -23,7 +23,7 @@ import pandas as pd
 
 from harness import __version__
 from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, build_spec,
-                            select_systems, validate_block_size, wants_report)
+                            check_run_options, select_systems, validate_block_size, wants_report)
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
 from harness.engine.executors import executor_capacity_slots, make_executor
@@ -103,6 +103,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     from harness.workloads import build_workload
 
     check_top_level(cfg)
+    check_run_options(cfg)  # run: a known mode; progress: a boolean
     model = build_spec(ModelSpec, cfg.model, "model")
     hardware = build_spec(HardwareSpec, cfg.hardware, "hardware")
     engine = build_spec(EngineSpec, cfg.engine, "engine")

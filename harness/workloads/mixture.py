@@ -32,6 +32,10 @@ class MixtureSpec(SyntheticSpec):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(len(self.components) >= 1, "components", "must list at least one component")
+        for key in ("time_scale", "target_rate"):  # trace keeps each component's own times
+            check(getattr(self.arrival, key) is None, f"arrival.{key}",
+                  "a mixture with process=trace superposes its components' own arrival times "
+                  f"and does not rescale them: set arrival.{key} on each trace component instead")
 
 
 def load_preset(name: str, where: str) -> dict:

@@ -167,9 +167,11 @@ class ArrivalSpec:
     mean 1/rate and coefficient of variation ``cv`` (burstier than Poisson when cv > 1).
     ``offline``: everything at t=0. ``trace``: the trace's own timestamps, rebased to
     start at 0, optionally multiplied by ``time_scale`` (0.5 = twice as fast) or
-    rescaled so the mean rate is ``target_rate``. Keys that do not apply to the
-    chosen process are ignored, so ``workload.arrival.process=offline`` needs no
-    other change.
+    rescaled so the mean rate is ``target_rate``. ``rate`` is ignored by offline and
+    trace, so ``workload.arrival.process=offline`` needs no other change; ``cv``,
+    ``time_scale`` and ``target_rate`` belong to one process each (``ONLY_WITH``) and
+    are refused with any other (set for a process that ignores them, they would
+    silently change nothing). The shipped presets set them to null.
     """
 
     process: Literal["poisson", "gamma", "offline", "trace"] = "poisson"
@@ -178,8 +180,17 @@ class ArrivalSpec:
     time_scale: float | None = None
     target_rate: float | None = None
 
+    # The key -> the one process that uses it.
+    ONLY_WITH: typing.ClassVar[dict[str, str]] = {
+        "cv": "gamma", "time_scale": "trace", "target_rate": "trace"}
+
     def __post_init__(self) -> None:
         check_positive(self, "rate", "cv", "time_scale", "target_rate")
+        for key, process in self.ONLY_WITH.items():
+            check(getattr(self, key) is None or self.process == process, key,
+                  f"is used only with process={process}, and this arrival process is "
+                  f"{self.process}, which ignores it: remove it ({key}=null) or set "
+                  f"process={process}")
         if self.process in ("poisson", "gamma"):
             check(self.rate is not None, "rate",
                   f"process={self.process} needs a rate in requests/s, e.g. workload.arrival.rate=2.0")
