@@ -6,7 +6,9 @@ outputs there are moved to ``previous/<n>/`` first, never overwritten), 1 Hydra 
 the command line (e.g. an override's syntax; a sweep with a failed job), 2 a config or
 input error (the message says what to fix; a key the config does not have is named with
 the closest valid one, by ``harness.override_check``, before Hydra composes anything),
-130 interrupted (what had run is written, marked incomplete).
+130 interrupted (what had run is written, marked incomplete). The config is checked
+(``check_config``: the specs the run builds) before an earlier run's outputs are moved
+aside, so a config error leaves the run directory as it was.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -39,6 +42,7 @@ class SweepJobError(CompactHydraException):
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    previous = None
     try:
         try:
             resolved_yaml = OmegaConf.to_yaml(cfg, resolve=True)
@@ -47,6 +51,9 @@ def main(cfg: DictConfig) -> None:
             raise PagebenchError(f"config: {exc}".splitlines()[0]) from None
         mode = cfg.get("run", "serve")
         report = wants_report(cfg)
+        # every check of the config before the directory changes: a config error leaves an
+        # earlier run's outputs where they are
+        prepared = check_config(cfg)
         if mode != "kernels" and not os.environ.get("PAGEBENCH_RERUN"):
             done = existing_complete_results(out_dir, cfg_hash)
             if done is not None:
@@ -65,7 +72,7 @@ def main(cfg: DictConfig) -> None:
         if mode == "study":  # an experiment that runs many sub-runs (conf/experiment/vllm_*.yaml)
             from harness.studies import run_study
 
-            run_study(cfg, out_dir)
+            run_study(cfg, out_dir, prepared)
             return
         if mode == "kernels":
             from kernels.benchmark import prefer_explicit, run_kernel_benchmark
@@ -83,7 +90,11 @@ def main(cfg: DictConfig) -> None:
         if str(results.get("stop_reason", "")).startswith(SERVED_NOTHING):
             raise ConfigError(f"{results['stop_reason']}: it rejected every request (see the "
                               f"warning above; the results are written to {out_dir})")
-    except PagebenchError as exc:
+    except (PagebenchError, OmegaConfBaseException) as exc:
+        if isinstance(exc, OmegaConfBaseException):  # a key the config lacks, read while running
+            exc = PagebenchError(f"config: {exc}".splitlines()[0])
+        if previous is not None:
+            _put_back(previous, out_dir)
         print(f"error: {exc}", file=sys.stderr)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             # a sweep records this job as failed (job_failed.txt) and runs the others
@@ -100,6 +111,55 @@ def main(cfg: DictConfig) -> None:
               file=sys.stderr)
 
 
+def check_config(cfg: DictConfig) -> Any:
+    """Every check of the composed config that does no work, for the run's mode (a serving
+    run: ``harness.run.prepare_serving``; a study: ``prepare_study``, its jobs' specs
+    included). ``main`` calls it before it sets an earlier run's outputs aside. Returns the
+    prepared study (None otherwise); raises ``PagebenchError``."""
+    from harness.config import check_run_options
+
+    try:
+        check_run_options(cfg)  # run, progress
+        mode = cfg.get("run", "serve")
+        if mode == "study":
+            from harness.studies import prepare_study
+
+            return prepare_study(cfg)
+        if mode == "serve":
+            from harness.run import prepare_serving
+
+            prepare_serving(cfg)
+        return None  # kernels: kernels.benchmark checks kernel_bench before it measures
+    except OmegaConfBaseException as exc:
+        raise PagebenchError(f"config: {exc}".splitlines()[0]) from None
+
+
+def _put_back(previous: Path, out_dir: Path) -> None:
+    """After a run stopped on bad input before writing any output but its
+    config_resolved.yaml (an error only building the workload finds, e.g. a trace's
+    content): move the earlier run's outputs back from ``previous``, leaving the
+    directory as it was."""
+    from harness.results import RUN_OUTPUTS
+
+    written = {path.name for pattern in RUN_OUTPUTS for path in out_dir.glob(pattern)
+               if path.is_file()}
+    if written - {"config_resolved.yaml"} or not previous.is_dir():
+        return  # this run wrote results: they stay, the earlier ones stay in previous/
+    try:
+        if not (previous / "config_resolved.yaml").is_file():
+            (out_dir / "config_resolved.yaml").unlink(missing_ok=True)
+        for path in sorted(previous.iterdir()):
+            os.replace(path, out_dir / path.name)
+        previous.rmdir()
+        if not any(previous.parent.iterdir()):
+            previous.parent.rmdir()
+    except OSError as err:
+        print(f"note: the earlier run's outputs stay in {previous} ({err})", file=sys.stderr)
+        return
+    print(f"note: nothing was run: moved the earlier run's outputs back from {previous}",
+          file=sys.stderr)
+
+
 def _overridden_keys(node: str) -> list[str]:
     """The keys of ``node`` set on the command line (``node.key=...``, not deeper ones)."""
     keys = []
@@ -113,10 +173,11 @@ def _overridden_keys(node: str) -> list[str]:
 def _refuse_unknown_overrides() -> None:
     """Exit 2 (a config error, as ``+key=value`` of an unknown key gets) with
     ``override_check``'s message when the command line overrides a key that the config
-    cannot have (Hydra's own message would suggest adding it with ``+``)."""
+    cannot have, at any depth (Hydra's own message would suggest adding it with ``+``),
+    or deletes one every run reads (``~seed``: the run would stop on it)."""
     from hydra._internal.utils import get_args_parser
 
-    from harness.override_check import unknown_override
+    from harness.override_check import check_overrides
 
     parser = get_args_parser()
     parser.exit_on_error = False
@@ -128,7 +189,7 @@ def _refuse_unknown_overrides() -> None:
     if args.config_dir or args.config_path or args.config_name or any(
             override.startswith("hydra.searchpath") for override in overrides):
         return  # other config files: only Hydra knows what they hold
-    message = unknown_override(overrides)
+    message = check_overrides(overrides)
     if message:
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)

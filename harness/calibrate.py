@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.cli_args import output_file, positive_int, positive_ints
+from harness.cli_args import (check_device, device_arg, non_negative_int, output_file, positive_int,
+                              positive_ints)
 from harness.config import (EngineSpec, FittedCostSpec, HardwareSpec, ModelSpec, SystemSpec,
                             build_spec)
 
@@ -57,42 +58,6 @@ class Sample:
     def features(self) -> list[float]:
         return [1.0, self.num_tokens, self.attention_pairs, self.kv_read_slots, self.num_seqs,
                 self.num_prefill_chunks]
-
-
-def device_arg(text: str) -> str:
-    """``--device`` (argparse ``type=``): auto, cpu, cuda or cuda:N, checked before anything runs."""
-    value = text.strip()
-    index = value[5:] if value.startswith("cuda:") else None
-    if value in ("auto", "cpu", "cuda") or (index is not None and index.isascii() and index.isdigit()):
-        return value
-    raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text!r}")
-
-
-def check_device(name: str) -> None:
-    """A ConfigError naming ``--device`` when it asks for a GPU this machine does not have."""
-    import torch
-
-    from harness.errors import ConfigError
-
-    if not name.startswith("cuda"):
-        return
-    if not torch.cuda.is_available():
-        raise ConfigError(f"--device {name}: no CUDA device is available; use --device cpu (or auto)")
-    count = torch.cuda.device_count()
-    if ":" in name and int(name.split(":", 1)[1]) >= count:
-        raise ConfigError(f"--device {name}: this machine has {count} CUDA device(s) (cuda:0.."
-                          f"cuda:{count - 1})")
-
-
-def non_negative_int(text: str) -> int:
-    """An integer >= 0 (argparse ``type=``), e.g. ``--seed``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def load_spec(cls, group: str, name: str, where: str):

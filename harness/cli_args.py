@@ -1,7 +1,10 @@
-"""Argument types for the small command-line tools (``harness.calibrate``, ``harness.hostcost``).
+"""Argument types for the small command-line tools (``harness.calibrate``, ``harness.hostcost``),
+and checks of top-level config values that several entry points share.
 
 As ``type=`` of ``argparse`` arguments they turn a bad value into argparse's own
-"error: argument --x: ..." and exit status 2, before anything is measured.
+"error: argument --x: ..." and exit status 2, before anything is measured. ``check_seed``
+raises the ``ConfigError`` that ``python -m harness`` prints (exit status 2) for a serving
+run and a study alike; ``check_device``, one for a ``--device`` this machine lacks.
 """
 
 from __future__ import annotations
@@ -9,6 +12,16 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+
+
+def check_seed(value: object, where: str = "seed") -> int:
+    """The config's ``seed``: a non-negative integer (not a bool, a float or a string:
+    ``seed=1.5`` would otherwise run as seed 1 while config_resolved.yaml says 1.5)."""
+    from harness.errors import ConfigError
+
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: must be a non-negative integer, got {value!r}")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -49,3 +62,39 @@ def output_file(text: str) -> Path:
     except OSError as err:
         raise argparse.ArgumentTypeError(f"cannot write {path}: {err.strerror or err}") from None
     return path
+
+
+def device_arg(text: str) -> str:
+    """``--device`` (argparse ``type=``): auto, cpu, cuda or cuda:N, checked before anything runs."""
+    value = text.strip()
+    index = value[5:] if value.startswith("cuda:") else None
+    if value in ("auto", "cpu", "cuda") or (index is not None and index.isascii() and index.isdigit()):
+        return value
+    raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text!r}")
+
+
+def check_device(name: str) -> None:
+    """A ConfigError naming ``--device`` when it asks for a GPU this machine does not have."""
+    import torch
+
+    from harness.errors import ConfigError
+
+    if not name.startswith("cuda"):
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: no CUDA device is available; use --device cpu (or auto)")
+    count = torch.cuda.device_count()
+    if ":" in name and int(name.split(":", 1)[1]) >= count:
+        raise ConfigError(f"--device {name}: this machine has {count} CUDA device(s) (cuda:0.."
+                          f"cuda:{count - 1})")
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (argparse ``type=``), e.g. ``--seed``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value

@@ -405,6 +405,12 @@ def select_systems(names: Any, catalog: Mapping[str, Any], block_size: int) -> l
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     catalog = to_plain(catalog) or {}
+    if not isinstance(catalog, dict):
+        raise ConfigError(f"allocator: must be the catalog of systems (name: its keys), got "
+                          f"{catalog!r}")
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ConfigError(f"systems: must be a list of system names from the allocator catalog, "
+                          f"e.g. systems=[paged,max]; got {names!r}")
     if not names:
         raise ConfigError(f"systems: name at least one system; known: {', '.join(catalog)}")
     specs = []
@@ -414,6 +420,9 @@ def select_systems(names: Any, catalog: Mapping[str, Any], block_size: int) -> l
                 f"systems: unknown system {name!r}; known systems: {', '.join(catalog)} "
                 "(add one under allocator.<name>)"
             )
+        if not isinstance(catalog[name], dict):
+            raise ConfigError(f"allocator.{name}: must be a mapping of the system's keys (kind, "
+                              f"...), got {catalog[name]!r}")
         node = dict(catalog[name])
         if node.get("kind") == "paged" and node.get("block_size") is None:
             node["block_size"] = block_size

@@ -31,8 +31,7 @@ import torch
 
 from allocators.paged import PagedKVCacheManager
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
-from harness.calibrate import check_device, device_arg
-from harness.cli_args import output_file, positive_int, positive_ints
+from harness.cli_args import check_device, device_arg, output_file, positive_int, positive_ints
 
 DEFAULT_BATCHES = (1, 8, 32, 128, 256, 512)
 

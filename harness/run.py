@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 
 from harness import __version__
-from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, build_spec,
-                            check_run_options, select_systems, validate_block_size, wants_report)
+from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, check_run_options,
+                            kv_capacity_slots, wants_report)
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
 from harness.engine.executors import executor_capacity_slots, make_executor
@@ -34,6 +34,7 @@ from harness.processes import fork_is_safe, forking, usable_cpus
 from harness.interrupts import InterruptFlag, deferred_interrupt
 from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.results import SCHEMA_VERSION, config_hash, write_json, write_table
+from harness.run_setup import RunSetup, check_block_sizes, run_setup
 from harness.systems import build_manager
 
 if TYPE_CHECKING:
@@ -97,40 +98,35 @@ class SystemOutcome:
                 "steps_per_s": round(self.num_steps / wall, 1) if wall else None}
 
 
+def prepare_serving(cfg: Any) -> tuple[RunSetup, int]:
+    """Every check of a serving run's config that does no work: its specs
+    (``run_setup``), the top-level keys, ``run`` and ``progress``, ``jobs`` and, on the sim
+    executor, that each block fits the pool. ``python -m harness`` calls it before it sets
+    an earlier run's outputs aside. Returns (the specs, how many systems run at once)."""
+    check_top_level(cfg)
+    check_run_options(cfg)  # run: a known mode; progress: a boolean
+    setup = run_setup(cfg)
+    engine = setup.engine
+    jobs = resolve_jobs(cfg.get("jobs", "auto"), engine.executor, len(setup.systems))
+    if engine.executor == "sim":  # the torch executor measures its pool on the device
+        check_block_sizes(setup.systems, kv_capacity_slots(setup.model, setup.hardware, engine))
+    return setup, jobs
+
+
 def run_serving(cfg: Any, out_dir: Path) -> dict:
     """Run the configured systems on the workload (``jobs`` of them at once); write
     results.json, tables, report."""
     from harness.workloads import build_workload
 
-    check_top_level(cfg)
-    check_run_options(cfg)  # run: a known mode; progress: a boolean
-    model = build_spec(ModelSpec, cfg.model, "model")
-    hardware = build_spec(HardwareSpec, cfg.hardware, "hardware")
-    engine = build_spec(EngineSpec, cfg.engine, "engine")
-    block_size = validate_block_size(cfg.block_size)
-    seed = cfg.seed
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"seed: must be a non-negative integer, got {seed!r}")
-    max_model_len = engine.max_model_len or model.max_context
-    if max_model_len > model.max_context:
-        raise ConfigError(f"engine.max_model_len={max_model_len} exceeds {model.name}'s context "
-                          f"of {model.max_context}")
-    if not engine.chunked_prefill and engine.max_num_batched_tokens < max_model_len:
-        raise ConfigError(
-            f"engine.max_num_batched_tokens={engine.max_num_batched_tokens} is below max_model_len="
-            f"{max_model_len}, so a long prompt could never be scheduled: raise "
-            f"engine.max_num_batched_tokens, lower engine.max_model_len, or set "
-            "engine.chunked_prefill=true")
-    systems = select_systems(cfg.systems, cfg.allocator, block_size)
-    jobs = resolve_jobs(cfg.get("jobs", "auto"), engine.executor, len(systems))
+    setup, jobs = prepare_serving(cfg)
+    model, hardware, engine = setup.model, setup.hardware, setup.engine
+    block_size, seed, max_model_len, systems = (setup.block_size, setup.seed,
+                                                setup.max_model_len, setup.systems)
     report = wants_report(cfg)
     # torch: from the real device (weights + profiled activations); sim: the hardware profile
     capacity = executor_capacity_slots(model, hardware, engine, max_model_len=max_model_len,
                                        seed=seed)
-    for system in systems:
-        if system.kind == "paged" and capacity // system.block_size < 1:
-            raise ConfigError(f"block_size={system.block_size} is larger than the whole KV pool "
-                              f"({capacity} slots)")
+    check_block_sizes(systems, capacity)
 
     workload = build_workload(cfg.workload, seed=seed, max_model_len=max_model_len)
     context = RunContext(workload, model, hardware, engine, capacity, max_model_len, seed, out_dir)

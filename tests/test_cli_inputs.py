@@ -193,7 +193,8 @@ def test_a_cuda_device_without_a_gpu_is_a_clean_error(module, device, capsys, tm
 
 @pytest.mark.parametrize("seed", ["-1", "x"])
 def test_calibrate_seed_must_be_a_non_negative_int(seed, capsys):
-    from harness.calibrate import main, non_negative_int
+    from harness.calibrate import main
+    from harness.cli_args import non_negative_int
 
     line = _argparse_exit(main, ["--seed", seed], capsys)
     assert "argument --seed:" in line

@@ -6,7 +6,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness.override_check import CONF_DIR, option_keys, unknown_override
+from harness.conf_tree import CONF_DIR, option_keys
+from harness.override_check import check_overrides, refused_deletion, unknown_override
+from harness.run_setup import REQUIRED_KEYS
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 WORKLOADS = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))
@@ -40,7 +42,10 @@ def test_every_key_a_composition_holds_passes(choice):
     ("~seed", None),
     ("hydra.run.dir=out", None),
     ("hydra/launcher=local_parallel", None),
-    ("allocator.paged.block_size=8", None),  # deeper than two levels: Hydra checks
+    ("allocator.paged.block_size=8", "allocator.paged.block_size: allocator.paged does not set "
+                                     "it (every paged system takes the top-level block_size: "
+                                     "block_size=8); to set it for paged alone, add it: "
+                                     "+allocator.paged.block_size=8."),
     ("workload=docqa,chat", None),
     ("engine.max_num_seqs=[", None),  # a syntax error: Hydra names it
 ])
@@ -83,3 +88,99 @@ def test_a_key_of_another_option_names_the_options_that_have_it(overrides, messa
         assert found is None
     else:
         assert found is not None and message in found, found
+
+
+def _leaf_paths(node: dict, prefix: str = "") -> list[str]:
+    """Every key path of ``node``, at every depth (mappings and their keys alike)."""
+    paths = []
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        paths.append(path)
+        if isinstance(value, dict):
+            paths += _leaf_paths(value, path + ".")
+    return paths
+
+
+@pytest.mark.parametrize("choice", [f"experiment={e}" for e in EXPERIMENTS]
+                         + [f"workload={w}" for w in WORKLOADS] + ["engine=torch"])
+def test_every_key_a_composition_holds_at_any_depth_passes(choice):
+    """No false alarm at any depth: each key path of the composed config may be set (to a
+    scalar where Hydra holds a scalar, so the shape check has nothing to say)."""
+    composed = _composed(choice)
+    composed.pop("hydra", None)
+    paths = [path for path in _leaf_paths(composed) if "." in path]
+    assert paths
+    found = unknown_override([choice, *(f"{path}=null" for path in paths)])
+    assert found is None, found
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["engine.cost.step_overhead=0.1"],
+     "engine.cost.step_overhead: unknown key. Did you mean 'step_overhead_s'? Keys of "
+     "engine.cost (engine=sim): bandwidth_efficiency, compute_efficiency, step_overhead_s"),
+    (["workload.arrival.rat=2"],
+     "workload.arrival.rat: unknown key. Did you mean 'rate'? Keys of workload.arrival "
+     "(workload=docqa): "),
+    (["allocator.paged.prefix_cachin=false"],
+     "allocator.paged.prefix_cachin: unknown key. Did you mean 'prefix_caching'?"),
+    (["allocator.max.arean=best_fit"], "allocator.max.arean: unknown key. Did you mean 'arena'?"),
+    (["workload=sharegpt_like", "workload.input.meen=5"],
+     "workload.input.meen: unknown key. Did you mean 'mean'? Keys of workload.input "
+     "(workload=sharegpt_like): max, mean, min, sigma"),
+    (["workload=docqa,sharegpt_like", "workload.input.mean=5"],
+     "workload.input: workload=docqa has no such key (it is a key of workload="),
+    (["experiment=vllm_fig2", "study.workloads.sharegpt.input.meen=5"],
+     "study.workloads.sharegpt.input.meen: unknown key. Did you mean 'mean'?"),
+    (["allocator.paged.blok_size=8"], "allocator.paged.blok_size: unknown key. Did you mean "
+                                      "'block_size'?"),
+    (["model.num_layers_override=2"], "model.num_layers_override: model=llama-2-13b does not set "
+                                      "it: add it with +model.num_layers_override=2."),
+    # what the + form of a deeper key lists is what the spec takes: keys set, and the rest
+    (["allocator.paged.prefix_cachin=false"], "Keys of allocator.paged (allocator=standard): "
+                                              "kind, prefix_caching; it also takes, added with +: "
+                                              "arena, block_size, policy"),
+    (["systems={a:paged}"], "systems: must be a list, e.g. systems=[paged,max,pow2,oracle]; got "
+                            "a mapping"),
+    (["engine.cost=[1]"], "engine.cost: must be a mapping of its keys"),
+    # not ours to refuse
+    (["experiment=vllm_fig2", "study.workloads.sharegpt.input.mean=5"], None),
+    (["workload=mooncake", "engine.chunked_prefill=false"], None),  # its engine=sim_long_context
+    (["+allocator.mine={kind:paged}", "allocator.mine.kind=contiguous"], None),  # added first
+    (["workload=mixture", "workload.components.0.weight=1"], None),  # into a list: Hydra's
+    (["hydra.job.chdir=false"], None),
+    (["systems=[paged]", "engine.cost={step_overhead_s:0.1}"], None),
+])
+def test_deeper_keys(overrides, message):
+    found = unknown_override(overrides)
+    if message is None:
+        assert found is None, found
+    else:
+        assert found is not None and message in found, found
+
+
+@pytest.mark.parametrize("key", REQUIRED_KEYS)
+def test_deleting_a_key_every_run_reads_is_refused(key):
+    found = check_overrides([f"~{key}"])
+    assert found is not None and found.startswith(f"{key}: required (every run reads it), so it "
+                                                  "cannot be deleted;"), found
+    assert refused_deletion([f"~{key}=x"]) is not None
+
+
+@pytest.mark.parametrize("override", ["~engine.cost", "~report", "~progress", "~jobs",
+                                      "~workload.num_requests"])
+def test_deleting_an_optional_key_is_left_to_hydra(override):
+    assert check_overrides([override]) is None
+
+
+def _shape(node):
+    """The key structure of a nested mapping (values aside)."""
+    return {key: _shape(value) for key, value in node.items()} if isinstance(node, dict) else None
+
+
+@pytest.mark.parametrize("group, option", [("workload", w) for w in WORKLOADS]
+                         + [(g, p.stem) for g in ("engine", "model", "hardware", "allocator")
+                            for p in sorted((CONF_DIR / g).glob("*.yaml"))])
+def test_the_tree_of_each_option_is_what_hydra_composes_at_every_depth(group, option):
+    from harness.conf_tree import option_trees
+
+    assert _shape(option_trees()[group][option]) == _shape(_composed(f"{group}={option}")[group])

@@ -261,13 +261,14 @@ def test_a_run_into_a_directory_with_an_earlier_run_moves_it_aside_never_over_it
             for name in ("results.json", "config_resolved.yaml", "steps_max.csv", "report.html")}
     bad = run_cli(tmp_path, *SMALL, "block_size=0")
     assert bad.returncode == 2 and "error: block_size" in bad.stderr and "Traceback" not in bad.stderr
-    assert f"moved them to {tmp_path / 'previous' / '1'}" in bad.stderr
-    for name, data in kept.items():  # byte for byte, and none left beside the failed run's
-        assert (tmp_path / "previous" / "1" / name).read_bytes() == data
-        assert name == "config_resolved.yaml" or not (tmp_path / name).exists()
+    assert "moved" not in bad.stderr  # refused before the directory changes
+    for name, data in kept.items():  # byte for byte, where they were
+        assert (tmp_path / name).read_bytes() == data
     again = run_cli(tmp_path, *SMALL, "systems=[paged]")
     assert again.returncode == 0, again.stderr
-    assert "note:" not in again.stderr  # the failed run left only its config: replaced
+    assert f"moved them to {tmp_path / 'previous' / '1'}" in again.stderr
+    for name, data in kept.items():  # byte for byte, and none left beside the new run's
+        assert (tmp_path / "previous" / "1" / name).read_bytes() == data
     assert not (tmp_path / "steps_max.csv").exists()  # no table of a system it did not run
     assert list(json.loads((tmp_path / "results.json").read_text())["systems"]) == ["paged"]
     assert sorted(p.name for p in (tmp_path / "previous").iterdir()) == ["1"]

@@ -18,15 +18,19 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.config import select_systems
+from harness.cli_args import check_seed
 from harness.errors import ConfigError
 from harness.results import write_json
+from harness.run_setup import run_setup
 
 STUDY_SCHEMA_VERSION = 1
+# The top-level keys every job of a study reads.
+REQUIRED_KEYS = ("model", "hardware", "engine", "allocator", "block_size", "seed")
 _SUMMARY_KEYS = ("label", "allocator", "memory", "requests", "throughput", "latency", "batch",
                  "preemptions", "swaps", "prefix_cache", "sharing_savings_pct", "complete",
                  "stop_reason", "study")
@@ -40,14 +44,26 @@ def _plain(cfg: Any) -> dict:
     return dict(cfg)
 
 
-def run_study(cfg: Any, out_dir: Path) -> dict:
-    """Run the study named by ``cfg.study.name``; write study.json and report.html into ``out_dir``."""
+@dataclass
+class PreparedStudy:
+    """A study whose config is checked and whose jobs are planned; nothing has run."""
+
+    name: str
+    study: dict
+    plain: dict
+    workers: int
+    plan: Any
+
+
+def prepare_study(cfg: Any) -> PreparedStudy:
+    """Check the study's config (its ``study`` node, ``seed``, ``study.workers``, every
+    job's specs and system) and plan its jobs, without running any: ``python -m harness``
+    calls it before it sets an earlier run's outputs aside, so a config error leaves them
+    where they were. Raises ``ConfigError``."""
     from harness.run import TOP_LEVEL_KEYS
     from harness.studies.paper import STUDIES, check_study_keys
     from harness.processes import usable_cpus
-    from harness.studies.runner import run_chains
 
-    out_dir = Path(out_dir)
     plain = _plain(cfg)
     study = plain.pop("study", None)
     if not isinstance(study, dict) or "name" not in study:
@@ -56,20 +72,40 @@ def run_study(cfg: Any, out_dir: Path) -> dict:
     unknown = sorted(set(plain) - TOP_LEVEL_KEYS)
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown top-level key")
+    missing = [key for key in REQUIRED_KEYS if key not in plain]
+    if missing:
+        raise ConfigError(f"{missing[0]}: missing; a study needs it (set {missing[0]}=...)")
     name = study["name"]
     if name not in STUDIES:
         raise ConfigError(f"study.name: unknown study {name!r}; known: {', '.join(sorted(STUDIES))}")
     check_study_keys(study)
+    check_seed(plain["seed"])
     plain["run"] = "serve"
     plain["progress"] = False
-    workers = study.get("workers") or usable_cpus()
-    if not isinstance(workers, int) or workers < 1:
-        raise ConfigError(f"study.workers: must be a positive integer or null (all cores), got {workers!r}")
+    workers = study.get("workers")
+    if workers is None:
+        workers = usable_cpus()
+    elif isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"study.workers: must be a positive integer or null (one worker per "
+                          f"core), got {workers!r}")
 
     plan = STUDIES[name](plain, study)
-    # every job's system exists (checked now, not when its turn comes)
-    select_systems(sorted({job.system for chain in plan.chains for job in chain.jobs}),
-                   plain.get("allocator"), plain.get("block_size", 16))
+    for job in (job for chain in plan.chains for job in chain.jobs):
+        run_setup(job.cfg, [job.system])  # its specs checked now, not when its turn comes
+    return PreparedStudy(name, study, plain, workers, plan)
+
+
+def run_study(cfg: Any, out_dir: Path, prepared: PreparedStudy | None = None) -> dict:
+    """Run the study named by ``cfg.study.name`` (``prepared``: what ``prepare_study``
+    made of ``cfg``, when the caller checked it already); write study.json and
+    report.html into ``out_dir``."""
+    from harness.studies.runner import run_chains
+
+    out_dir = Path(out_dir)
+    if prepared is None:
+        prepared = prepare_study(cfg)
+    name, study, plain, workers, plan = (prepared.name, prepared.study, prepared.plain,
+                                         prepared.workers, prepared.plan)
     num_jobs = sum(len(c.jobs) for c in plan.chains)
     print(f"pagebench {__version__}: study {name} ({study.get('figure', '')}): up to {num_jobs} "
           f"jobs on {workers} worker(s)", file=sys.stderr)

@@ -101,26 +101,22 @@ def run_job(job: Job) -> dict:
     """Run one job in this process: the system summary plus study extras."""
     from dataclasses import replace
 
-    from harness.config import (EngineSpec, HardwareSpec, ModelSpec, build_spec,
-                                kv_capacity_slots, select_systems, validate_block_size)
+    from harness.config import kv_capacity_slots
     from harness.engine.engine import run_engine
     from harness.engine.executors import make_executor
     from harness.engine.scheduler import Scheduler
     from harness.run import _system_summary
+    from harness.run_setup import run_setup
     from harness.systems import build_manager
     from harness.workloads import build_workload
 
     cpu_start = time.process_time()
     cfg = job.cfg
-    model = build_spec(ModelSpec, cfg["model"], "model")
-    hardware = build_spec(HardwareSpec, cfg["hardware"], "hardware")
-    engine = build_spec(EngineSpec, cfg["engine"], "engine")
+    setup = run_setup(cfg, [job.system])
+    model, hardware, engine, seed = setup.model, setup.hardware, setup.engine, setup.seed
     if job.probe_blocks:
         engine = replace(engine, fast_forward=False)
-    block_size = validate_block_size(cfg["block_size"])
-    seed = int(cfg["seed"])
-    max_model_len = engine.max_model_len or model.max_context
-    (system,) = select_systems([job.system], cfg["allocator"], block_size)
+    max_model_len, (system,) = setup.max_model_len, setup.systems
     capacity = kv_capacity_slots(model, hardware, engine)
     workload = build_workload(cfg["workload"], seed=seed, max_model_len=max_model_len)
 

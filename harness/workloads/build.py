@@ -39,13 +39,19 @@ def build_workload(cfg: Mapping[str, Any], *, seed: int, max_model_len: int) -> 
     return finalize(spec.name or spec.kind, spec.kind, drafts, ctx.tally, spec.arrival.process)
 
 
-def build_drafts(cfg: Any, ctx: BuildContext):
-    """Parse ``cfg`` and run its kind's builder, clipping the result: (spec, drafts)."""
+def parse_workload(cfg: Any, where: str = "workload"):
+    """The workload config node's kind and its checked spec, (kind, spec): what
+    ``build_workload`` reads before it generates or loads any request."""
     data = to_plain(cfg)
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{ctx.where}: expected a workload mapping with a 'kind' key, got {data!r}")
-    kind = lookup(data.get("kind"), ctx.where)
-    spec = parse_spec(kind.spec, data, ctx.where)
+        raise ConfigError(f"{where}: expected a workload mapping with a 'kind' key, got {data!r}")
+    kind = lookup(data.get("kind"), where)
+    return kind, parse_spec(kind.spec, data, where)
+
+
+def build_drafts(cfg: Any, ctx: BuildContext):
+    """Parse ``cfg`` and run its kind's builder, clipping the result: (spec, drafts)."""
+    kind, spec = parse_workload(cfg, ctx.where)
     drafts = kind.build(spec, ctx)
     drafts = clip_drafts(drafts, ctx.max_model_len, spec.clip, ctx.tally)
     if spec.num_samples > 1 or spec.beam_width > 1:

@@ -1,0 +1,73 @@
+"""The specs a run builds from its config, every one checked, before any work.
+
+``run_setup(cfg)`` builds the model, hardware and engine specs, the block size, the seed,
+``max_model_len`` and the systems, and parses the workload's spec (no request is generated
+and no trace is read; the device is not touched). A serving run (``harness.run``), each job
+of a study (``harness.studies``) and ``python -m harness``'s check before it sets an
+earlier run's outputs aside all build them here, so they refuse the same configs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.cli_args import check_seed
+from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, build_spec,
+                            select_systems, validate_block_size)
+from harness.errors import ConfigError
+
+# The top-level keys every run builds from: deleting one (~seed) is refused.
+REQUIRED_KEYS = ("allocator", "block_size", "engine", "hardware", "model", "seed", "systems",
+                 "workload")
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """A run's checked specs."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    engine: EngineSpec
+    block_size: int
+    seed: int
+    max_model_len: int
+    systems: list[SystemSpec]
+
+
+def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
+    """The specs of ``cfg`` (a composed config or its plain dict), for its ``systems`` or
+    the given ones; raises ``ConfigError`` naming the key at fault."""
+    from harness.workloads.build import parse_workload
+
+    missing = [key for key in REQUIRED_KEYS if key not in cfg and (key != "systems" or not systems)]
+    if missing:
+        raise ConfigError(f"{missing[0]}: missing from the config, and every run reads it: set it "
+                          f"({missing[0]}=...)")
+    model = build_spec(ModelSpec, cfg["model"], "model")
+    hardware = build_spec(HardwareSpec, cfg["hardware"], "hardware")
+    engine = build_spec(EngineSpec, cfg["engine"], "engine")
+    block_size = validate_block_size(cfg["block_size"])
+    seed = check_seed(cfg["seed"])
+    max_model_len = engine.max_model_len or model.max_context
+    if max_model_len > model.max_context:
+        raise ConfigError(f"engine.max_model_len={max_model_len} exceeds {model.name}'s context "
+                          f"of {model.max_context}")
+    if not engine.chunked_prefill and engine.max_num_batched_tokens < max_model_len:
+        raise ConfigError(
+            f"engine.max_num_batched_tokens={engine.max_num_batched_tokens} is below max_model_len="
+            f"{max_model_len}, so a long prompt could never be scheduled: raise "
+            f"engine.max_num_batched_tokens, lower engine.max_model_len, or set "
+            "engine.chunked_prefill=true")
+    specs = select_systems(cfg["systems"] if systems is None else systems, cfg["allocator"],
+                           block_size)
+    parse_workload(cfg["workload"])
+    return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs)
+
+
+def check_block_sizes(systems: list[SystemSpec], capacity: int) -> None:
+    """A paged system's block must fit in the KV pool of ``capacity`` slots."""
+    for system in systems:
+        if system.kind == "paged" and capacity // system.block_size < 1:
+            raise ConfigError(f"block_size={system.block_size} is larger than the whole KV pool "
+                              f"({capacity} slots)")

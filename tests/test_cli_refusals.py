@@ -1,0 +1,226 @@
+"""The CLI refuses bad config before anything runs: misspelt keys at any depth, deleted
+required keys, ill-shaped values and bad seeds exit 2 with one line naming the key, never a
+traceback; and a refused run leaves an earlier run's outputs where they were."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from harness.cli_args import check_seed
+from harness.errors import ConfigError
+from harness.conf_tree import CONF_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["workload=docqa", "workload.num_requests=20", "report=false", "progress=false"]
+STUDY = ["experiment=vllm_fig2", "study.scale=0.05", "study.workers=1"]
+
+
+def _env() -> dict:
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("HYDRA_") and k != "PAGEBENCH_RERUN"}
+
+
+def _cmd(run_dir: Path, *overrides: str) -> list[str]:
+    return [sys.executable, "-m", "harness", *overrides, f"hydra.run.dir={run_dir}"]
+
+
+def run_cli(run_dir: Path, *overrides: str) -> tuple[int, str]:
+    proc = subprocess.run(_cmd(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=_env())
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("error: ")]
+
+
+# ------------------------------------------------------------------ refused before anything runs
+REFUSED = {
+    # misspelt keys three or more levels deep: named with the closest valid key
+    "cost_key": (["engine.cost.step_overhead=0.1"],
+                 "engine.cost.step_overhead: unknown key. Did you mean 'step_overhead_s'?"),
+    "arrival_key": (["workload.arrival.rat=2"],
+                    "workload.arrival.rat: unknown key. Did you mean 'rate'?"),
+    "catalog_key": (["allocator.paged.prefix_cachin=false"],
+                    "allocator.paged.prefix_cachin: unknown key. Did you mean 'prefix_caching'?"),
+    "arena_key": (["allocator.max.arean=best_fit"],
+                  "allocator.max.arean: unknown key. Did you mean 'arena'?"),
+    "length_key": (["workload=sharegpt_like", "workload.input.meen=5"],
+                   "workload.input.meen: unknown key. Did you mean 'mean'?"),
+    "paged_block_size": (["allocator.paged.block_size=8"],
+                         "every paged system takes the top-level block_size: block_size=8"),
+    # deleting a key every run reads
+    "delete_block_size": (["~block_size"], "block_size: required (every run reads it)"),
+    "delete_seed": (["~seed"], "seed: required (every run reads it)"),
+    "delete_systems": (["~systems"], "systems: required (every run reads it)"),
+    "delete_model": (["~model"], "model: required (every run reads it)"),
+    # values of the wrong shape
+    "nested_systems": (["systems=[[paged]]"], "systems: must be a list of system names"),
+    "mapping_systems": (["systems={a:paged}"], "systems: must be a list"),
+    "catalog_entry": (["allocator.paged=3"], "allocator.paged: must be a mapping"),
+    # seeds: the serving run's check, also in studies
+    "seed_float": (["seed=1.5"], "seed: must be a non-negative integer, got 1.5"),
+    "study_seed_negative": ([*STUDY, "seed=-3"], "seed: must be a non-negative integer, got -3"),
+    "study_seed_text": ([*STUDY, "seed=abc"], "seed: must be a non-negative integer, got 'abc'"),
+    "study_seed_float": ([*STUDY, "seed=1.5"], "seed: must be a non-negative integer, got 1.5"),
+    "study_workers_zero": ([*STUDY[:2], "study.workers=0"],
+                           "study.workers: must be a positive integer or null"),
+}
+
+
+@pytest.fixture(scope="module")
+def refused_runs(tmp_path_factory):
+    """Every refused command as a subprocess, all started at once (each is mostly imports)."""
+    base = tmp_path_factory.mktemp("refused")
+    procs = {name: subprocess.Popen(_cmd(base / name, *SMALL[2:], *args), cwd=ROOT,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=_env())
+             for name, (args, _) in REFUSED.items()}
+    out = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        out[name] = (proc.returncode, stdout + stderr, base / name)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_refused_with_exit_2_and_one_line_naming_the_key(refused_runs, case):
+    code, output, run_dir = refused_runs[case]
+    assert code == 2, output
+    assert "Traceback" not in output and "To append to your config" not in output, output
+    errors = _error_lines(output)
+    assert len(errors) == 1 and REFUSED[case][1] in errors[0], output
+    # nothing ran: no results, no study, not even the resolved config
+    written = {p.name for p in run_dir.iterdir()} if run_dir.exists() else set()
+    assert not written & {"results.json", "study.json", "config_resolved.yaml"}, written
+
+
+# ------------------------------------------------------------- earlier outputs stay where they are
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory):
+    """A complete run, copied afresh by each test that tries to displace it."""
+    run_dir = tmp_path_factory.mktemp("good") / "run"
+    code, output = run_cli(run_dir, *SMALL)
+    assert code == 0, output
+    return run_dir
+
+
+def _snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and ".hydra" not in p.parts and p.suffix != ".log"}
+
+
+@pytest.mark.parametrize("bad", [["engine.gpu_memory_utilization=0"], ['block_size="16"'],
+                                 ["workload.arrival.rate=-1"], ["seed=1.5"],
+                                 ["workload=azure_conv", "workload.path=BAD_TRACE"]])
+def test_a_config_error_leaves_the_earlier_outputs_in_place(good_run, tmp_path, bad):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(good_run, run_dir)
+    before = _snapshot(run_dir)
+    trace = tmp_path / "bad.csv"  # found only when the workload is built
+    trace.write_text("a,b\n1,2\n")
+    args = [arg.replace("BAD_TRACE", str(trace)) for arg in bad]
+    args = [*args, *SMALL[2:]] if args[0].startswith("workload=") else [*SMALL, *args]
+    code, output = run_cli(run_dir, *args)
+    assert code == 2, output
+    assert "Traceback" not in output, output
+    assert _snapshot(run_dir) == before, output
+    assert not (run_dir / "previous").exists(), output
+    code, output = run_cli(run_dir, *SMALL)  # the earlier run is still complete: skipped
+    assert code == 0 and "skipped:" in output, output
+
+
+# --------------------------------------------------------------------------------- in process
+@pytest.mark.parametrize("value", [-3, "abc", 1.5, True, None, "1"])
+def test_check_seed_refuses_what_is_not_a_non_negative_integer(value):
+    with pytest.raises(ConfigError, match=r"^seed: must be a non-negative integer"):
+        check_seed(value)
+
+
+@pytest.mark.parametrize("value", [0, 7, 2**40])
+def test_check_seed_takes_non_negative_integers(value):
+    assert check_seed(value) == value
+
+
+def _study_cfg(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=["experiment=vllm_fig2", *overrides])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["seed=-3"], "seed: must be a non-negative integer, got -3"),
+    (["seed=1.5"], "seed: must be a non-negative integer, got 1.5"),
+    (["study.workers=0"], "study.workers: must be a positive integer or null"),
+    (["study.workers=true"], "study.workers: must be a positive integer or null"),
+    (["engine.gpu_memory_utilization=0"], "engine.gpu_memory_utilization"),
+])
+def test_prepare_study_refuses_before_any_job_runs(overrides, message):
+    from harness.studies import prepare_study
+
+    with pytest.raises(ConfigError) as err:
+        prepare_study(_study_cfg("study.scale=0.05", *overrides))
+    assert message in str(err.value)
+
+
+def test_prepare_study_plans_a_valid_study():
+    from harness.studies import prepare_study
+
+    prepared = prepare_study(_study_cfg("study.scale=0.05", "study.workers=3"))
+    assert prepared.name == "vllm_fig2" and prepared.workers == 3
+    assert sum(len(chain.jobs) for chain in prepared.plan.chains) == 4
+
+
+def test_a_valid_run_still_moves_the_earlier_outputs_aside_never_over_them(good_run, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(good_run, run_dir)
+    before = _snapshot(run_dir)
+    code, output = run_cli(run_dir, *SMALL, "block_size=0")  # refused: nothing moves
+    assert code == 2 and _snapshot(run_dir) == before, output
+    code, output = run_cli(run_dir, *SMALL, "systems=[paged]")
+    assert code == 0, output
+    assert f"moved them to {run_dir / 'previous' / '1'}" in output
+    moved = {name.removeprefix("previous/1/"): data for name, data in _snapshot(run_dir).items()
+             if name.startswith("previous/1/")}
+    assert moved == before  # byte for byte
+    assert not (run_dir / "steps_max.csv").exists()  # no table of a system it did not run
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["~seed"], "seed: missing from the config, and every run reads it"),
+    (["~model"], "model: missing from the config, and every run reads it"),
+    (["systems=[[paged]]"], "systems: must be a list of system names"),
+    (["seed=1.5"], "seed: must be a non-negative integer, got 1.5"),
+    (["workload.arrival.rate=-1"], "workload.arrival.rate"),
+    (["experiment=vllm_fig2", "seed=abc"], "seed: must be a non-negative integer, got 'abc'"),
+])
+def test_check_config_refuses_what_reaches_it_past_the_command_line_check(overrides, message):
+    """check_config (called before the run directory changes) also catches what Hydra's
+    compose API or another config directory lets through."""
+    from harness.__main__ import check_config
+    from harness.errors import PagebenchError
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    with pytest.raises(PagebenchError, match="^" + re.escape(message)):
+        check_config(cfg)
+
+
+def test_check_config_passes_the_default_config_and_prepares_a_study():
+    from harness.__main__ import check_config
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        assert check_config(compose(config_name="config")) is None
+        prepared = check_config(compose(config_name="config",
+                                        overrides=["experiment=vllm_fig2", "study.scale=0.05"]))
+    assert prepared.name == "vllm_fig2"
