@@ -98,7 +98,8 @@ def _legend_right(ax, **kwargs) -> None:
 def breakdown_bars(systems: dict[str, dict]) -> Figure:
     """Step-weighted memory breakdown, one stacked bar per system (percent of the pool)."""
     names = list(systems)
-    fig, ax = subplots(figsize=(2.2 + 1.2 * len(names), 4.2))
+    # NOTE: the legend beside the bars is ~3 inches wide: the width leaves room for it
+    fig, ax = subplots(figsize=(4.8 + 1.0 * len(names), 4.2))
     bottoms = np.zeros(len(names))
     for category, color in CATEGORY_COLORS.items():
         values = np.array([systems[n]["memory"].get(f"{category}_pct") or 0.0 for n in names])
@@ -130,10 +131,6 @@ def memory_timelines(steps: dict[str, pd.DataFrame], capacity: dict[str, int]) -
     _legend_right(axes[0, 0])
     fig.suptitle("KV memory over time")
     return fig
-
-
-def tighten_suptitle(fig: Figure) -> None:
-    """Kept for callers: constrained layout already places the figure title."""
 
 
 def line_over_time(steps: dict[str, pd.DataFrame], column: str, ylabel: str, title: str,
