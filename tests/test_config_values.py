@@ -262,3 +262,16 @@ def test_the_cli_exits_2_with_one_line_naming_the_key(tmp_path):
         errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
         assert len(errors) == 1 and errors[0].startswith(f"error: {expected}"), (name, stderr[-2000:])
         assert not (tmp_path / name / "results.json").exists()
+
+
+def test_a_deleted_nested_spec_is_named_at_its_own_path():
+    """``~workload.arrival`` leaves the arrival spec's defaults, which docqa's poisson process
+    cannot run with: the error names workload.arrival.rate, not workload.rate."""
+    from omegaconf import OmegaConf
+
+    from harness.workloads.build import parse_workload
+
+    data = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "workload" / "docqa.yaml"))
+    del data["arrival"]
+    with pytest.raises(ConfigError, match=r"^workload\.arrival\.rate: process=poisson needs a rate"):
+        parse_workload(data)

@@ -62,6 +62,9 @@ def parse_spec(cls: type, data: Any, where: str):
         key = f"{where}.{name}"
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         value = data.get(name, dataclasses.MISSING)
+        if value is dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory):
+            kwargs[name] = parse_spec(f.default_factory, {}, key)  # its errors name key.<field>
+            continue
         if value is dataclasses.MISSING or value == MISSING_VALUE:
             if required or value == MISSING_VALUE:
                 help_text = f.metadata.get("help", "")
