@@ -24,15 +24,24 @@ def check_seed(value: object, where: str = "seed") -> int:
     return value
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
+def _int_at_least(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0, e.g. ``--seed``."""
+    return _int_at_least(text, 0)
 
 
 def positive_ints(text: str) -> tuple[int, ...]:
@@ -87,14 +96,3 @@ def check_device(name: str) -> None:
     if ":" in name and int(name.split(":", 1)[1]) >= count:
         raise ConfigError(f"--device {name}: this machine has {count} CUDA device(s) (cuda:0.."
                           f"cuda:{count - 1})")
-
-
-def non_negative_int(text: str) -> int:
-    """An integer >= 0 (argparse ``type=``), e.g. ``--seed``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
