@@ -60,6 +60,26 @@ def write_table(path: Path, frame: pd.DataFrame) -> None:
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
+def read_json(path: Path, missing: str = "file not found") -> Any:
+    """The JSON data in ``path``; an InputError naming the file (``missing`` when it does
+    not exist) when it cannot be read or is not JSON."""
+    from harness.errors import InputError
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(missing, path=str(path)) from None
+    except IsADirectoryError:
+        raise InputError("is a directory; pass a JSON file", path=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read it: {exc.strerror}", path=str(path)) from None
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text (not a JSON file?)", path=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
+                         line=exc.lineno) from None
+
+
 def read_results(path: Path) -> dict:
     """Load a results.json, checking it is one this version understands."""
     from harness.errors import InputError
@@ -67,14 +87,7 @@ def read_results(path: Path) -> dict:
     path = Path(path)
     if path.is_dir():
         path = path / "results.json"
-    if not path.exists():
-        raise InputError("results file not found; pass a run directory or its results.json",
-                         path=str(path))
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
-                         line=exc.lineno) from None
+    data = read_json(path, "results file not found; pass a run directory or its results.json")
     if not isinstance(data, dict) or "schema_version" not in data:
         raise InputError("not a pagebench results file (no schema_version)", path=str(path))
     if data["schema_version"] != SCHEMA_VERSION:

@@ -448,20 +448,13 @@ def read_study(path: Path) -> dict:
     """Load a study.json (``path``: the file or its run directory), checking that it is one
     this version can render; a malformed file is an InputError naming the file and field."""
     from harness.errors import InputError
+    from harness.results import read_json
     from harness.studies import STUDY_SCHEMA_VERSION
 
     path = Path(path)
     if path.is_dir() and path.name != "study.json":
         path = path / "study.json"
-    if not path.is_file():
-        what = "not a file" if path.exists() else "study file not found"
-        raise InputError(f"{what}; pass a study run directory or its study.json", path=str(path))
-    try:
-        study = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path), line=exc.lineno) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the study file: {exc}", path=str(path)) from None
+    study = read_json(path, "study file not found; pass a study run directory or its study.json")
     if not isinstance(study, dict):
         raise InputError(f"not a pagebench study file (expected a JSON object, got "
                          f"{type(study).__name__})", path=str(path))

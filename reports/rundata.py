@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import InputError
-from harness.results import read_results
+from harness.results import read_json, read_results
 
 KERNEL_RESULTS = "kernel_results.json"
 # Where harness/nvml.py may leave its samples (the first that exists wins).
@@ -38,11 +38,7 @@ class RunData:
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
-                         line=exc.lineno) from None
+    data = read_json(path)
     if not isinstance(data, dict):
         raise InputError("expected a JSON object", path=str(path))
     return data

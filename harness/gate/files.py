@@ -3,7 +3,6 @@ an InputError naming the file and field when one is bad."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import fields
 from pathlib import Path
@@ -13,7 +12,7 @@ from harness.errors import InputError
 from harness.gate.compare import BASELINE_FORMAT
 from harness.gate.metrics import KERNEL_SCHEMA, job_key
 from harness.gate.rules import Rule
-from harness.results import PREVIOUS_DIR, read_results
+from harness.results import PREVIOUS_DIR, read_json, read_results
 
 RESULT_FILES = ("results.json", "kernel_results.json")
 
@@ -35,24 +34,6 @@ def find_results(paths: Iterable[str]) -> list[Path]:
     return found
 
 
-def _read_json(path: Path, missing: str) -> Any:
-    """The JSON data in ``path``; an InputError naming it (``missing`` if it does not exist)
-    when it cannot be read or is not JSON."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(missing, path=str(path)) from None
-    except IsADirectoryError:
-        raise InputError("is a directory; pass a JSON file", path=str(path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read it: {exc.strerror}", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text (not a JSON file?)", path=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
-                         line=exc.lineno) from None
-
-
 def _finite(value: Any) -> bool:
     """A finite int or float (not a bool, not NaN or infinity)."""
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -63,7 +44,7 @@ def read_any_results(path: Path) -> dict:
     """A serving results.json (validated by ``read_results``) or a kernel_results.json."""
     if path.name != "kernel_results.json":
         return read_results(path)
-    data = _read_json(path, "results file not found")
+    data = read_json(path, "results file not found")
     if not isinstance(data, dict) or data.get("schema") != KERNEL_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else None
         raise InputError(f"schema {found!r} is not supported (this pagebench reads "
@@ -90,7 +71,7 @@ def load_current(paths: Iterable[str]) -> dict[str, dict]:
 def load_baseline(path: Path) -> dict:
     """A baseline file, checked to hold only what ``make_baseline`` writes: per job a
     ``metrics`` mapping of finite numbers or null (no data)."""
-    data = _read_json(path, "baseline not found; create it with --update (then review and "
+    data = read_json(path, "baseline not found; create it with --update (then review and "
                             "commit it)")
     if not isinstance(data, dict) or data.get("pagebench_baseline") != BASELINE_FORMAT:
         raise InputError(f"not a pagebench baseline (format {BASELINE_FORMAT}); check the path "
@@ -114,7 +95,7 @@ def load_baseline(path: Path) -> dict:
 
 def load_rules(path: Path) -> tuple[Rule, ...]:
     """Rules from a JSON file in the ``--show-rules`` format, each field's type checked."""
-    data = _read_json(path, "rules file not found")
+    data = read_json(path, "rules file not found")
     names = {f.name for f in fields(Rule)}
     if not isinstance(data, list) or not data:
         raise InputError("expected a non-empty JSON list of rules (see --show-rules)",
