@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from harness.errors import InputError
 from harness.workloads.registry import BuildContext, Draft, register
 from harness.workloads.replay import TraceRows, replay
 from harness.workloads.rows import RowParser
 from harness.workloads.spec import TraceSpec, check
-from harness.workloads.tables import _open_text, detect_format, read_table, resolve_path
+from harness.workloads.tables import read_table, resolve_path
 
 
 def _rows(spec: TraceSpec, ctx: BuildContext, fmt: str, input_col: str, output_col: str,
@@ -21,44 +18,12 @@ def _rows(spec: TraceSpec, ctx: BuildContext, fmt: str, input_col: str, output_c
     """Read and parse the common columns; returns (parser, keep-mask builder inputs)."""
     path = resolve_path(spec.path, ctx.where)
     columns = [input_col, output_col] + ([time_col] if time_col else []) + list(extra)
-    columns = list(dict.fromkeys(columns))
-    _refuse_duplicate_columns(path, fmt, columns, ctx.where)
-    table = read_table(path, fmt, columns, ctx.where)
+    table = read_table(path, fmt, list(dict.fromkeys(columns)), ctx.where)
     parser = RowParser(table, spec.on_error)
     times = parser.times(time_col, unit) if time_col else None
     input_len = parser.ints(input_col)
     output_len = parser.ints(output_col, min_value=min_output)
     return parser, input_len, output_len, times
-
-
-def _refuse_duplicate_columns(path: Path, fmt: str, columns: list[str], where: str) -> None:
-    """InputError when a column this workload reads is named twice in the file's header
-    (CSV, parquet): which of the two holds the values cannot be told, and the reader would
-    silently take the first. A header that cannot be read is left to ``read_table``."""
-    fmt, gzipped = detect_format(path, fmt, where)
-    try:
-        if fmt == "csv":
-            with _open_text(path, gzipped) as f:
-                reader = csv.reader(f)
-                header = next(reader, None)
-                while header is not None and not any(cell.strip() for cell in header):
-                    header = next(reader, None)
-                line = reader.line_num
-            names = [cell.strip() for cell in header or ()]
-        elif fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            names, line = list(pq.read_schema(path).names), None
-        else:  # JSON records: one value per key
-            return
-    except Exception:  # noqa: BLE001 - unreadable: read_table names the problem
-        return
-    for column in columns:
-        count = names.count(column)
-        if count > 1:
-            raise InputError(f"the header names this column {count} times (columns: {', '.join(names)}); "
-                             "which one holds the values is ambiguous: rename or drop the others",
-                             path=str(path), line=line, field=column)
 
 
 def _finish(parser: RowParser, ctx: BuildContext, input_len, output_len, times, time_col) -> TraceRows:

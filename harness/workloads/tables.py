@@ -104,6 +104,18 @@ def read_table(path: Path, fmt: str, columns: Sequence[str], where: str = "workl
     return table
 
 
+def _check_named_once(path: Path, names: list[str], column: str, line: int | None) -> None:
+    """A column the workload reads must be named exactly once in the file's header: a
+    second one would be ignored silently (which holds the values cannot be told)."""
+    count = names.count(column)
+    if count == 1:
+        return
+    what = ("missing column; the header has" if count == 0 else
+            f"the header names this column {count} times (which one holds the values is "
+            "ambiguous: rename or drop the others); the columns")
+    raise InputError(f"{what}: {', '.join(names)}", path=str(path), line=line, field=column)
+
+
 def _read_csv(path: Path, gzipped: bool, columns: Sequence[str]) -> Table:
     with _open_text(path, gzipped) as f:
         reader = csv.reader(f)
@@ -117,9 +129,7 @@ def _read_csv(path: Path, gzipped: bool, columns: Sequence[str]) -> Table:
             header_line = reader.line_num
             index = []
             for column in columns:
-                if column not in names:
-                    raise InputError(f"missing column; the header has: {', '.join(names)}",
-                                     path=str(path), line=header_line, field=column)
+                _check_named_once(path, names, column, header_line)
                 index.append(names.index(column))
             values: list[list[Any]] = [[] for _ in columns]
             lines: list[int] = []
@@ -231,9 +241,7 @@ def _read_parquet(path: Path, columns: Sequence[str]) -> Table:
     try:
         schema = pq.read_schema(path)
         for column in columns:
-            if column not in schema.names:
-                raise InputError(f"missing column; the file has: {', '.join(schema.names)}",
-                                 path=str(path), field=column)
+            _check_named_once(path, schema.names, column, None)
         data = pq.read_table(path, columns=list(columns))
     except (pa.ArrowException, OSError) as err:
         raise InputError(f"not a readable parquet file: {err}", path=str(path)) from None
