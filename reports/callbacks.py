@@ -46,26 +46,6 @@ def _is_multirun(config: DictConfig) -> bool:
         return False
 
 
-def _planned_jobs(config: DictConfig) -> list[list[str]] | None:
-    """The override lists of the sweep's jobs, from the config (``multirun.yaml`` is written
-    by the sweeper after ``on_multirun_start``); None for a sweeper other than Hydra's basic
-    one, which chooses its jobs as it goes."""
-    try:
-        sweeper = str(config.hydra.sweeper.get("_target_", "basic_sweeper")).lower()
-        if "basic_sweeper" not in sweeper:
-            return None
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        arguments = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-        arguments += list(config.hydra.overrides.task)
-        batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments),
-                                               None)
-        return [list(job) for batch in batches for job in batch]
-    except Exception:  # noqa: BLE001 - an unusual sweep: nothing is planned up front
-        return None
-
-
 class SweepReportCallback(Callback):
     """Progress of a sweep, and its report at the end (``enabled: false`` turns it off)."""
 
@@ -78,10 +58,11 @@ class SweepReportCallback(Callback):
         sweep_dir = _sweep_dir(config)
         if sweep_dir is None:
             return
-        planned = _planned_jobs(config)
-        if planned is not None and sweep_dir.is_dir():
-            from reports.sweep import set_aside_earlier_jobs
+        from reports.sweep import planned_jobs, set_aside_earlier_jobs
 
+        # NOTE: multirun.yaml is written by the sweeper after this call: plan from the config
+        planned = planned_jobs(config.hydra)
+        if planned is not None and sweep_dir.is_dir():
             dest, moved = set_aside_earlier_jobs(sweep_dir, planned)
             if moved:
                 print(f"sweep: {moved} job directories of an earlier sweep here, not in this one, "

@@ -79,14 +79,23 @@ def expected_jobs(sweep_dir: Path) -> list[list[str]] | None:
     if not path.exists():
         return None
     try:
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        return None
+    return planned_jobs(cfg.get("hydra") or {}) if isinstance(cfg, dict) else None
+
+
+def planned_jobs(hydra_cfg: Any) -> list[list[str]] | None:
+    """The override lists of a sweep's jobs, from its ``hydra`` node (a mapping: the
+    sweeper's params and the task overrides); None for a sweeper other than Hydra's basic
+    one, which chooses its jobs as it goes, or a sweep that cannot be parsed."""
+    try:
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        hydra_cfg = cfg.get("hydra") or {}
         sweeper = hydra_cfg.get("sweeper") or {}
         if "basic_sweeper" not in str(sweeper.get("_target_", "basic_sweeper")).lower():
-            return None  # another sweeper (optuna, ...) chooses its jobs as it goes
+            return None
         arguments = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
         arguments += list((hydra_cfg.get("overrides") or {}).get("task") or [])
         parsed = OverridesParser.create().parse_overrides(arguments)

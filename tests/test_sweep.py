@@ -123,8 +123,8 @@ def test_a_sweep_stopped_before_its_end_gets_its_report_when_the_process_exits(
     monkeypatch.setattr("reports.callbacks.atexit.register",
                         lambda fn, *args: at_exit.append(lambda: fn(*args)))
     sweep = fake_sweep(tmp_path, one_run)
-    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}, "mode": "MULTIRUN",
-                                         "overrides": {"task": ["block_size=8,16,32,64"]}}})
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}, "mode": "MULTIRUN", "overrides": {
+        "task": ["workload=docqa", "block_size=8,16,32,64"]}}})  # the fake sweep's own jobs
     ended = SweepReportCallback()
     ended.on_multirun_start(config)
     ended.on_multirun_end(config)
