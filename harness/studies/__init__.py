@@ -26,11 +26,9 @@ from harness import __version__
 from harness.cli_args import check_seed
 from harness.errors import ConfigError
 from harness.results import write_json
-from harness.run_setup import run_setup
+from harness.run_setup import REQUIRED_KEYS, run_setup
 
 STUDY_SCHEMA_VERSION = 1
-# The top-level keys every job of a study reads.
-REQUIRED_KEYS = ("model", "hardware", "engine", "allocator", "block_size", "seed")
 _SUMMARY_KEYS = ("label", "allocator", "memory", "requests", "throughput", "latency", "batch",
                  "preemptions", "swaps", "prefix_cache", "sharing_savings_pct", "complete",
                  "stop_reason", "study")
@@ -72,7 +70,8 @@ def prepare_study(cfg: Any) -> PreparedStudy:
     unknown = sorted(set(plain) - TOP_LEVEL_KEYS)
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown top-level key")
-    missing = [key for key in REQUIRED_KEYS if key not in plain]
+    # every run's keys but those the study sets per job
+    missing = [key for key in REQUIRED_KEYS if key not in plain and key not in ("systems", "workload")]
     if missing:
         raise ConfigError(f"{missing[0]}: missing; a study needs it (set {missing[0]}=...)")
     name = study["name"]
