@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 if str(ROOT) not in sys.path:
@@ -32,3 +34,16 @@ try:
         settings.load_profile("ci")
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     pass
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """Unit tests never time anything: with pytest-benchmark loaded, a ``benchmark``
+    fixture runs its function once (``--benchmark-disable``) unless the command line
+    asks for timing (``--benchmark-enable`` / ``--benchmark-only``). Set here rather
+    than in ``addopts`` so that pytest runs where the plugin is not installed; this
+    hook runs before the plugin's own ``pytest_configure`` reads the option."""
+    if not config.pluginmanager.hasplugin("benchmark"):
+        return
+    if not (config.getoption("benchmark_enable") or config.getoption("benchmark_only")):
+        config.option.benchmark_disable = True
