@@ -28,8 +28,8 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.config import wants_report
 from harness.errors import ConfigError, PagebenchError
 from harness.rejections import SERVED_NOTHING
-from harness.results import (atomic_write_text, config_hash, existing_complete_results,
-                             set_aside_previous_run)
+from harness.fileio import atomic_write_text
+from harness.results import config_hash, existing_complete_results, set_aside_previous_run
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 

@@ -1,4 +1,5 @@
-"""Writing run outputs: atomic files, schema-versioned results.json, tables."""
+"""Run outputs: schema-versioned results.json, tables, a job's identity (config hash) and
+the files a run writes (set aside before a re-run). File I/O itself is ``harness.fileio``."""
 
 from __future__ import annotations
 
@@ -6,44 +7,16 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from harness.fileio import atomic_write_bytes, read_json
 
 if TYPE_CHECKING:  # pandas is imported lazily: the gate CLI does not need it
     import pandas as pd
 
 SCHEMA_VERSION = 1
-
-
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)  # (read by setting it: put it back)
-FILE_MODE = 0o666 & ~_UMASK  # what open() would give a new file
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename: never a half-written file."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.chmod(tmp, FILE_MODE)  # mkstemp makes it 0600: give it a plain file's mode
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+STUDY_SCHEMA_VERSION = 1  # of study.json (harness.studies writes it, reports.paper_section reads it)
 
 
 def write_table(path: Path, frame: pd.DataFrame) -> None:
@@ -58,26 +31,6 @@ def write_table(path: Path, frame: pd.DataFrame) -> None:
     sink = pa.BufferOutputStream()
     pa_csv.write_csv(pa.Table.from_pandas(frame, preserve_index=False), sink)
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
-
-
-def read_json(path: Path, missing: str = "file not found") -> Any:
-    """The JSON data in ``path``; an InputError naming the file (``missing`` when it does
-    not exist) when it cannot be read or is not JSON."""
-    from harness.errors import InputError
-
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(missing, path=str(path)) from None
-    except IsADirectoryError:
-        raise InputError("is a directory; pass a JSON file", path=str(path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read it: {exc.strerror}", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text (not a JSON file?)", path=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
-                         line=exc.lineno) from None
 
 
 def read_results(path: Path) -> dict:

@@ -33,7 +33,8 @@ from harness.metrics import memory_summary, serving_summary
 from harness.processes import fork_is_safe, forking, usable_cpus
 from harness.interrupts import InterruptFlag, deferred_interrupt
 from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
-from harness.results import SCHEMA_VERSION, config_hash, write_json, write_table
+from harness.fileio import write_json
+from harness.results import SCHEMA_VERSION, config_hash, write_table
 from harness.run_setup import RunSetup, check_block_sizes, run_setup
 from harness.systems import build_manager
 

@@ -28,7 +28,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.results import FILE_MODE, file_sha256
+from harness.fileio import FILE_MODE
+from harness.results import file_sha256
 
 
 @dataclass(frozen=True)

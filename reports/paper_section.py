@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from harness.results import atomic_write_text
+from harness.fileio import atomic_write_text
 from reports import figures as F
 from reports.html import esc, figure, fmt, page, table
 
@@ -448,8 +448,8 @@ def read_study(path: Path) -> dict:
     """Load a study.json (``path``: the file or its run directory), checking that it is one
     this version can render; a malformed file is an InputError naming the file and field."""
     from harness.errors import InputError
-    from harness.results import read_json
-    from harness.studies import STUDY_SCHEMA_VERSION
+    from harness.fileio import read_json
+    from harness.results import STUDY_SCHEMA_VERSION
 
     path = Path(path)
     if path.is_dir() and path.name != "study.json":

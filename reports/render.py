@@ -12,7 +12,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from harness.results import atomic_write_text
+from harness.fileio import atomic_write_text
 from reports import figures as F
 from reports.claims import FAILS, HOLDS, evaluate_claims
 from reports.figure_batch import PendingFigure, resolve

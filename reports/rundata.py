@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import InputError
-from harness.results import read_json, read_results
+from harness.fileio import read_json
+from harness.results import read_results
 
 KERNEL_RESULTS = "kernel_results.json"
 # Where harness/nvml.py may leave its samples (the first that exists wins).

@@ -23,7 +23,8 @@ import pandas as pd
 import yaml
 
 from harness.errors import InputError
-from harness.results import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, atomic_write_text, read_results
+from harness.fileio import atomic_write_text
+from harness.results import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, read_results
 from reports import figures as F
 from reports.figure_batch import PendingFigure, resolve
 from reports.html import absent, esc, page, table

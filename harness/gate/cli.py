@@ -14,7 +14,7 @@ from harness.gate.files import load_baseline, load_current, load_rules
 from harness.gate.metrics import is_complete
 from harness.gate.output import table_lines, write_report
 from harness.gate.rules import RULES, Rule
-from harness.results import write_json
+from harness.fileio import write_json
 
 
 def build_parser() -> argparse.ArgumentParser:

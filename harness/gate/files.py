@@ -12,7 +12,8 @@ from harness.errors import InputError
 from harness.gate.compare import BASELINE_FORMAT
 from harness.gate.metrics import KERNEL_SCHEMA, job_key
 from harness.gate.rules import Rule
-from harness.results import PREVIOUS_DIR, read_json, read_results
+from harness.fileio import read_json
+from harness.results import PREVIOUS_DIR, read_results
 
 RESULT_FILES = ("results.json", "kernel_results.json")
 

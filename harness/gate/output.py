@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.gate.compare import FAILING, Row
-from harness.results import atomic_write_text, write_json
+from harness.fileio import atomic_write_text, write_json
 
 
 def _fmt(value: Any) -> str:

@@ -25,10 +25,10 @@ from typing import Any
 from harness import __version__
 from harness.cli_args import check_seed
 from harness.errors import ConfigError
-from harness.results import write_json
+from harness.fileio import write_json
+from harness.results import STUDY_SCHEMA_VERSION
 from harness.run_setup import REQUIRED_KEYS, run_setup
 
-STUDY_SCHEMA_VERSION = 1
 _SUMMARY_KEYS = ("label", "allocator", "memory", "requests", "throughput", "latency", "batch",
                  "preemptions", "swaps", "prefix_cache", "sharing_savings_pct", "complete",
                  "stop_reason", "study")
