@@ -53,15 +53,6 @@ class RunRecorder:
         for append, value in zip(self._appends, row):
             append(value)
 
-    def record_steps(self, **columns) -> None:
-        """Append several steps at once: one equal-length array per column except ``step``."""
-        cols = self.steps
-        first = len(cols["step"])
-        count = len(columns["time_s"])
-        cols["step"].extend(range(first, first + count))
-        for name, values in columns.items():
-            cols[name].extend(values.tolist())
-
     def record_request(self, row: tuple) -> None:
         self.requests.append(row)
 

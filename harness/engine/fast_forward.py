@@ -277,7 +277,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     if finishing:  # the groups of the sequences done now (all of a group's: no beams here)
         done = {seqs[i].group: None for i, left in enumerate(remaining_list) if left == span}
         finished = scheduler.finish_decoded(end_time, list(done))
-    rows = recorder.steps  # NOTE: columns appended in place (RunRecorder.record_steps, as lists)
+    rows = recorder.steps  # NOTE: columns appended in place (RunRecorder.steps: lists)
     first_row = len(rows["step"])
     rows["step"].extend(range(first_row, first_row + span))
     for name, values in columns.items():

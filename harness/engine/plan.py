@@ -53,7 +53,6 @@ class StepPlan:
     kv_read_slots: int = 0  # cached KV slots read: the context before each chunk
     num_prefill_chunks: int = 0  # chunks of more than one token
     num_preempted: int = 0
-    num_swapped_out_groups: int = 0
     memory_blocked: bool = False
 
     @property

@@ -207,7 +207,6 @@ class Scheduler:
                 mapping = self.manager.swap_out(group.seqs[0].seq_id)
                 if mapping is not None:
                     plan.swap_out.extend(mapping)
-                    plan.num_swapped_out_groups += 1
                     group.num_swaps += 1
                     self.num_swaps += 1
                     self.swapped.append(group)

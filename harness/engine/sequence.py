@@ -69,10 +69,6 @@ class Sequence:
             return tail
         return np.concatenate([self.prompt[start:], tail])
 
-    def synthetic_next_token(self) -> int:
-        """The token the sim executor 'generates' next."""
-        return self.synthetic_token_at(len(self.generated))
-
     def synthetic_token_at(self, position: int) -> int:
         """Generated token ``position``: deterministic per request, lineage and position."""
         offset = self.synthetic_offset
@@ -96,7 +92,7 @@ class SequenceGroup:
     """A request in flight: one sequence, or several for parallel sampling / beams."""
 
     __slots__ = ("request", "width", "seqs", "first_token_time", "finish_time",
-                 "num_preemptions", "num_swaps", "cached_tokens", "next_lineage", "admitted_time")
+                 "num_preemptions", "num_swaps", "cached_tokens", "next_lineage")
 
     def __init__(self, request: Request) -> None:
         self.request = request
@@ -109,7 +105,6 @@ class SequenceGroup:
         self.num_swaps = 0
         self.cached_tokens = 0
         self.next_lineage = 0
-        self.admitted_time: float | None = None
 
     @property
     def order(self) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from bisect import bisect_right
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -275,7 +275,3 @@ def _longest_ordered_run(times: list[float]) -> list[int]:
             if not need:
                 break
     return kept
-
-
-def select(values: Sequence[Any], mask: np.ndarray) -> list[Any]:
-    return [v for v, k in zip(values, mask.tolist()) if k]
