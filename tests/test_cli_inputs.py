@@ -9,8 +9,6 @@ trace column, and an unknown name for ``python -m harness.traces fetch``.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -142,10 +140,9 @@ def test_kernel_bench_device_cuda_without_a_gpu_is_a_config_error(tmp_path):
     assert main(["--device", "cuda", "--out", str(tmp_path / "cli"), "--quiet"]) == 2
 
 
-def test_harness_kernels_experiment_refuses_a_bad_value_with_exit_status_2(tmp_path):
+def test_harness_kernels_experiment_refuses_a_bad_value_with_exit_status_2(tmp_path, run_cli):
     # (run in tmp_path: Hydra writes its default outputs/<date>/<time> there)
-    proc = subprocess.run([sys.executable, "-m", "harness", "experiment=kernels", "kernel_bench.device=tpu"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_cli(None, "experiment=kernels", "kernel_bench.device=tpu", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     line = _one_error_line(proc.stderr)
     assert line.startswith("error: kernel_bench.device must be one of auto, cuda, cpu, got 'tpu'")
@@ -319,12 +316,11 @@ def test_a_duplicated_column_of_a_named_trace_format_is_refused(tmp_path):
         build_workload(node, seed=0, max_model_len=4096)
 
 
-def test_harness_refuses_a_duplicated_column_with_exit_status_2(tmp_path):
+def test_harness_refuses_a_duplicated_column_with_exit_status_2(tmp_path, run_cli):
     path = tmp_path / "dup.csv"
     path.write_text("in,in,out\n100,5,20\n")
-    proc = subprocess.run([sys.executable, "-m", "harness", "workload=table", f"workload.path={path}",
-                           "workload.input_column=in", "workload.output_column=out", "model=tiny",
-                           "hardware=cpu"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_cli(None, "workload=table", f"workload.path={path}", "workload.input_column=in",
+                   "workload.output_column=out", "model=tiny", "hardware=cpu", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     line = _one_error_line(proc.stderr)
     assert line.startswith(f"error: {path}:1: field 'in': the header names this column 2 times")

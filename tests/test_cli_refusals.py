@@ -4,10 +4,7 @@ traceback; and a refused run leaves an earlier run's outputs where they were."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,24 +14,8 @@ from harness.cli_args import check_seed
 from harness.errors import ConfigError
 from harness.conf_tree import CONF_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["workload=docqa", "workload.num_requests=20", "report=false", "progress=false"]
 STUDY = ["experiment=vllm_fig2", "study.scale=0.05", "study.workers=1"]
-
-
-def _env() -> dict:
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith("HYDRA_") and k != "PAGEBENCH_RERUN"}
-
-
-def _cmd(run_dir: Path, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "harness", *overrides, f"hydra.run.dir={run_dir}"]
-
-
-def run_cli(run_dir: Path, *overrides: str) -> tuple[int, str]:
-    proc = subprocess.run(_cmd(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env=_env())
-    return proc.returncode, proc.stdout + proc.stderr
 
 
 def _error_lines(output: str) -> list[str]:
@@ -76,17 +57,15 @@ REFUSED = {
 
 
 @pytest.fixture(scope="module")
-def refused_runs(tmp_path_factory):
+def refused_runs(tmp_path_factory, run_cli):
     """Every refused command as a subprocess, all started at once (each is mostly imports)."""
     base = tmp_path_factory.mktemp("refused")
-    procs = {name: subprocess.Popen(_cmd(base / name, *SMALL[2:], *args), cwd=ROOT,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    env=_env())
+    procs = {name: run_cli.start(base / name, *SMALL[2:], *args)
              for name, (args, _) in REFUSED.items()}
     out = {}
     for name, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=300)
-        out[name] = (proc.returncode, stdout + stderr, base / name)
+        result = run_cli.wait(proc)
+        out[name] = (result.returncode, result.output, base / name)
     return out
 
 
@@ -104,11 +83,11 @@ def test_refused_with_exit_2_and_one_line_naming_the_key(refused_runs, case):
 
 # ------------------------------------------------------------- earlier outputs stay where they are
 @pytest.fixture(scope="module")
-def good_run(tmp_path_factory):
+def good_run(tmp_path_factory, run_cli):
     """A complete run, copied afresh by each test that tries to displace it."""
     run_dir = tmp_path_factory.mktemp("good") / "run"
-    code, output = run_cli(run_dir, *SMALL)
-    assert code == 0, output
+    result = run_cli(run_dir, *SMALL)
+    assert result.returncode == 0, result.output
     return run_dir
 
 
@@ -120,7 +99,7 @@ def _snapshot(run_dir: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("bad", [["engine.gpu_memory_utilization=0"], ['block_size="16"'],
                                  ["workload.arrival.rate=-1"], ["seed=1.5"],
                                  ["workload=azure_conv", "workload.path=BAD_TRACE"]])
-def test_a_config_error_leaves_the_earlier_outputs_in_place(good_run, tmp_path, bad):
+def test_a_config_error_leaves_the_earlier_outputs_in_place(good_run, tmp_path, bad, run_cli):
     import shutil
 
     run_dir = tmp_path / "run"
@@ -130,13 +109,13 @@ def test_a_config_error_leaves_the_earlier_outputs_in_place(good_run, tmp_path, 
     trace.write_text("a,b\n1,2\n")
     args = [arg.replace("BAD_TRACE", str(trace)) for arg in bad]
     args = [*args, *SMALL[2:]] if args[0].startswith("workload=") else [*SMALL, *args]
-    code, output = run_cli(run_dir, *args)
-    assert code == 2, output
-    assert "Traceback" not in output, output
-    assert _snapshot(run_dir) == before, output
-    assert not (run_dir / "previous").exists(), output
-    code, output = run_cli(run_dir, *SMALL)  # the earlier run is still complete: skipped
-    assert code == 0 and "skipped:" in output, output
+    refused = run_cli(run_dir, *args)
+    assert refused.returncode == 2, refused.output
+    assert "Traceback" not in refused.output, refused.output
+    assert _snapshot(run_dir) == before, refused.output
+    assert not (run_dir / "previous").exists(), refused.output
+    again = run_cli(run_dir, *SMALL)  # the earlier run is still complete: skipped
+    assert again.returncode == 0 and "skipped:" in again.output, again.output
 
 
 # --------------------------------------------------------------------------------- in process
@@ -179,17 +158,18 @@ def test_prepare_study_plans_a_valid_study():
     assert sum(len(chain.jobs) for chain in prepared.plan.chains) == 4
 
 
-def test_a_valid_run_still_moves_the_earlier_outputs_aside_never_over_them(good_run, tmp_path):
+def test_a_valid_run_still_moves_the_earlier_outputs_aside_never_over_them(good_run, tmp_path,
+                                                                            run_cli):
     import shutil
 
     run_dir = tmp_path / "run"
     shutil.copytree(good_run, run_dir)
     before = _snapshot(run_dir)
-    code, output = run_cli(run_dir, *SMALL, "block_size=0")  # refused: nothing moves
-    assert code == 2 and _snapshot(run_dir) == before, output
-    code, output = run_cli(run_dir, *SMALL, "systems=[paged]")
-    assert code == 0, output
-    assert f"moved them to {run_dir / 'previous' / '1'}" in output
+    refused = run_cli(run_dir, *SMALL, "block_size=0")  # refused: nothing moves
+    assert refused.returncode == 2 and _snapshot(run_dir) == before, refused.output
+    valid = run_cli(run_dir, *SMALL, "systems=[paged]")
+    assert valid.returncode == 0, valid.output
+    assert f"moved them to {run_dir / 'previous' / '1'}" in valid.output
     moved = {name.removeprefix("previous/1/"): data for name, data in _snapshot(run_dir).items()
              if name.startswith("previous/1/")}
     assert moved == before  # byte for byte

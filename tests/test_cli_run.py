@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *overrides, f"hydra.run.dir={tmp_path}", "progress=false"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
+QUIET = "progress=false"  # (no progress bars in the captured stderr)
 
 
 @pytest.fixture(scope="module")
-def default_run(tmp_path_factory):
+def default_run(tmp_path_factory, run_cli):
     out = tmp_path_factory.mktemp("default_run")
-    proc = run_cli(out, "workload=docqa", "block_size=16")
+    proc = run_cli(out, "workload=docqa", "block_size=16", QUIET, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc
 
@@ -58,9 +48,9 @@ def test_default_command_breakdown_is_complete_and_paged_packs_more(default_run)
     assert paged["prefix_cache"]["hit_rate"] > 0 and paged["sharing_savings_pct"] > 0
 
 
-def test_request_longer_than_the_pool_is_rejected_counted_and_reported(tmp_path):
+def test_request_longer_than_the_pool_is_rejected_counted_and_reported(tmp_path, run_cli):
     proc = run_cli(tmp_path, "workload=fixed", "workload.num_requests=4",
-                   "engine.kv_capacity_slots=400", "systems=[paged,oracle]")
+                   "engine.kv_capacity_slots=400", "systems=[paged,oracle]", QUIET)
     # every request rejected: an error (exit 2) that says why, the results kept for a look
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "warning: paged rejected 4 of 4 requests that can never run on it (larger_than_pool: " \
@@ -75,9 +65,9 @@ def test_request_longer_than_the_pool_is_rejected_counted_and_reported(tmp_path)
     assert "Warning: paged rejected 4 of 4" in (tmp_path / "report.html").read_text()
 
 
-def test_requests_only_some_systems_can_run_are_named_on_the_console(tmp_path):
+def test_requests_only_some_systems_can_run_are_named_on_the_console(tmp_path, run_cli):
     proc = run_cli(tmp_path, "workload=docqa", "workload.num_requests=60",
-                   "engine.kv_capacity_slots=2000", "systems=[paged,oracle]")
+                   "engine.kv_capacity_slots=2000", "systems=[paged,oracle]", QUIET)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["complete"] is True
@@ -100,8 +90,8 @@ def test_the_console_says_what_the_workload_left_out():
     assert _workload_notes({}, 4096) == []
 
 
-def test_report_false_skips_the_report_and_a_rerun_renders_it_without_running(tmp_path):
-    small = ("workload=docqa", "workload.num_requests=20", "systems=[paged,max]")
+def test_report_false_skips_the_report_and_a_rerun_renders_it_without_running(tmp_path, run_cli):
+    small = ("workload=docqa", "workload.num_requests=20", "systems=[paged,max]", QUIET)
     proc = run_cli(tmp_path, *small, "report=false")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "results.json").is_file() and not (tmp_path / "report.html").exists()

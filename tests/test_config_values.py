@@ -7,9 +7,6 @@ names a mode, and arrival keys of another process are refused."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 import typing
 from pathlib import Path
 
@@ -247,15 +244,13 @@ CLI_CASES = {
 }
 
 
-def test_the_cli_exits_2_with_one_line_naming_the_key(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA_")}
-    procs = {name: subprocess.Popen(
-                [sys.executable, "-m", "harness", "workload=docqa", "workload.num_requests=20",
-                 "report=false", "progress=false", override, f"hydra.run.dir={tmp_path / name}"],
-                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+def test_the_cli_exits_2_with_one_line_naming_the_key(tmp_path, run_cli):
+    procs = {name: run_cli.start(tmp_path / name, "workload=docqa", "workload.num_requests=20",
+                                 "report=false", "progress=false", override)
              for name, (override, _) in CLI_CASES.items()}
     for name, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=300)
+        result = run_cli.wait(proc)
+        stdout, stderr = result.stdout, result.stderr
         expected = CLI_CASES[name][1]
         assert proc.returncode == 2, (name, stderr[-2000:])
         assert "Traceback" not in stdout + stderr, (name, stderr[-2000:])

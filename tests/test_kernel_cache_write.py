@@ -8,8 +8,6 @@ missed one, shows; results are compared bit for bit (these kernels only move dat
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import zlib
 
 import torch
@@ -18,6 +16,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from conftest import rerun_in_triton_interpreter  # noqa: E402
 
 from kernels import _runtime as rt  # noqa: E402
 from kernels import reference as ref  # noqa: E402
@@ -26,22 +25,9 @@ from kernels.cache_write import copy_blocks, gather_blocks, scatter_blocks, swap
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")
 TRITON_IN_PROCESS = CUDA or rt.interpreter_active()
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(autouse=True)
-def _needs_triton(request):
-    if not TRITON_IN_PROCESS and "in_subprocess" not in request.node.name:
-        pytest.skip("triton was imported before TRITON_INTERPRET=1 was set; "
-                    "test_cache_suite_in_subprocess runs this file in a fresh interpreter")
-
-
-@pytest.mark.skipif(TRITON_IN_PROCESS, reason="the kernels run in this process")
-def test_cache_suite_in_subprocess():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-                          env=env, capture_output=True, text=True, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+_needs_triton, test_cache_suite_in_subprocess = rerun_in_triton_interpreter(__file__, TRITON_IN_PROCESS)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from conftest import rerun_in_triton_interpreter  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -41,19 +42,7 @@ TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 
 
-@pytest.fixture(autouse=True)
-def _needs_triton(request):
-    if not TRITON_IN_PROCESS and "in_subprocess" not in request.node.name:
-        pytest.skip("triton was imported before TRITON_INTERPRET=1 was set; "
-                    "test_kernel_suite_in_subprocess runs this file in a fresh interpreter")
-
-
-@pytest.mark.skipif(TRITON_IN_PROCESS, reason="the kernels run in this process")
-def test_kernel_suite_in_subprocess():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-                          env=env, capture_output=True, text=True, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+_needs_triton, test_kernel_suite_in_subprocess = rerun_in_triton_interpreter(__file__, TRITON_IN_PROCESS)
 
 
 def seed_of(request) -> int:

@@ -4,10 +4,8 @@ byte-identical results for a seed, and sweeps that skip jobs already done."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,19 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["workload=docqa", "workload.num_requests=30", "progress=false"]
 
 
-def harness_cmd(*overrides: str) -> list[str]:
-    return [sys.executable, "-m", "harness", *overrides]
-
-
-def env(**extra: str) -> dict:
-    out = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA_")}
-    out.update(extra)
-    return out
-
-
-def run_cli(run_dir: Path, *overrides: str, timeout: float = 180, **env_extra: str):
-    return subprocess.run(harness_cmd(*overrides, f"hydra.run.dir={run_dir}"), cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env=env(**env_extra))
 
 
 # ---------------------------------------------------------------- bad input
@@ -64,18 +49,15 @@ BAD_INPUTS = {
 
 
 @pytest.fixture(scope="module")
-def bad_input_runs(tmp_path_factory):
+def bad_input_runs(tmp_path_factory, run_cli):
     """Every bad-input case as a subprocess, all started at once (each is mostly imports)."""
     base = tmp_path_factory.mktemp("bad")
-    procs = {name: subprocess.Popen(harness_cmd(*args, "progress=false",
-                                                f"hydra.run.dir={base / name}"),
-                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, env=env())
+    procs = {name: run_cli.start(base / name, *args, "progress=false")
              for name, (args, _) in BAD_INPUTS.items()}
     out = {}
     for name, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=300)
-        out[name] = (proc.returncode, stdout + stderr)
+        result = run_cli.wait(proc)
+        out[name] = (result.returncode, result.output)
     return out
 
 
@@ -94,17 +76,15 @@ def test_a_misspelt_key_is_a_config_error_with_or_without_plus(bad_input_runs):
 
 
 # -------------------------------------------------------------- determinism
-def test_same_config_and_seed_give_byte_identical_results(tmp_path):
+def test_same_config_and_seed_give_byte_identical_results(tmp_path, run_cli):
     """Two processes with different hash salts, with prefix caching and preemption."""
     args = ["workload=docqa", "workload.num_requests=64", "workload.arrival.rate=8",
             "engine.kv_capacity_slots=4096", "block_size=8", "systems=[paged,pow2]", "progress=false"]
-    procs = [subprocess.Popen(harness_cmd(*args, f"hydra.run.dir={tmp_path / str(i)}"), cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env(PYTHONHASHSEED=str(salt)))
+    procs = [run_cli.start(tmp_path / str(i), *args, env={"PYTHONHASHSEED": str(salt)})
              for i, salt in enumerate((1, 2))]
     for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
+        result = run_cli.wait(proc)
+        assert result.returncode == 0, result.stderr
     first, second = (tmp_path / "0" / "results.json").read_bytes(), (tmp_path / "1" / "results.json").read_bytes()
     assert first == second
     results = json.loads(first)
@@ -115,9 +95,10 @@ def test_same_config_and_seed_give_byte_identical_results(tmp_path):
 
 
 # ------------------------------------------------------ limits and stalls
-def test_wall_time_limit_stops_the_run_and_marks_it_incomplete(tmp_path):
+def test_wall_time_limit_stops_the_run_and_marks_it_incomplete(tmp_path, run_cli):
     proc = run_cli(tmp_path, "workload=sharegpt_like", "workload.num_requests=5000",
-                   "systems=[paged]", "engine.wall_time_limit_s=0.5", "progress=false")
+                   "systems=[paged]", "engine.wall_time_limit_s=0.5", "progress=false",
+                   timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert "warning: results are incomplete (wall_time_limit_s=0.5 reached)" in proc.stderr
     results = json.loads((tmp_path / "results.json").read_text())
@@ -159,7 +140,7 @@ def test_a_workload_that_can_never_progress_stops_with_a_clear_message():
         run_engine((), _NeverRuns(), executor=None, spec=EngineSpec(), max_model_len=4096)
 
 
-def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(tmp_path):
+def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(tmp_path, run_cli):
     """4 parallel samples each reserving max_model_len (4096) in a 3 x 4096-slot pool."""
     proc = run_cli(tmp_path, "workload=parallel_sampling", "workload.num_requests=8",
                    "systems=[max]", "engine.kv_capacity_slots=12288", "progress=false",
@@ -175,12 +156,10 @@ def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(
 
 
 # ------------------------------------------------------------- interruption
-def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path):
-    proc = subprocess.Popen(
-        # jobs=1: systems one after the other (tests/test_run_parallel.py interrupts jobs=2)
-        harness_cmd("workload=sharegpt_like", "workload.num_requests=5000", "systems=[paged,max]",
-                    "jobs=1", f"hydra.run.dir={tmp_path}"),
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path, run_cli):
+    # jobs=1: systems one after the other (tests/test_run_parallel.py interrupts jobs=2)
+    proc = run_cli.start(tmp_path, "workload=sharegpt_like", "workload.num_requests=5000",
+                         "systems=[paged,max]", "jobs=1")
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(64), "")))
     reader.start()
@@ -207,13 +186,12 @@ def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path):
 
 
 # ---------------------------------------------------------- sweep re-runs
-def test_a_rerun_sweep_skips_jobs_with_complete_results_for_the_same_config(tmp_path):
+def test_a_rerun_sweep_skips_jobs_with_complete_results_for_the_same_config(tmp_path, run_cli):
     sweep = tmp_path / "sweep"
 
     def sweep_run(block_sizes: str) -> subprocess.CompletedProcess:
-        return subprocess.run(harness_cmd("-m", *SMALL, "systems=[paged,oracle]",
-                                          f"block_size={block_sizes}", f"hydra.sweep.dir={sweep}"),
-                              cwd=ROOT, capture_output=True, text=True, timeout=300, env=env())
+        return run_cli(None, "-m", *SMALL, "systems=[paged,oracle]", f"block_size={block_sizes}",
+                       f"hydra.sweep.dir={sweep}")
 
     first = sweep_run("8,16")
     assert first.returncode == 0, first.stderr
@@ -254,7 +232,8 @@ def test_config_hash_follows_the_content_of_the_trace_it_reads(tmp_path):
 
 
 # ------------------------------------------------------ earlier outputs are kept
-def test_a_run_into_a_directory_with_an_earlier_run_moves_it_aside_never_over_it(tmp_path):
+def test_a_run_into_a_directory_with_an_earlier_run_moves_it_aside_never_over_it(tmp_path,
+                                                                                 run_cli):
     first = run_cli(tmp_path, *SMALL, "systems=[paged,max]")
     assert first.returncode == 0, first.stderr
     kept = {name: (tmp_path / name).read_bytes()
@@ -277,13 +256,12 @@ def test_a_run_into_a_directory_with_an_earlier_run_moves_it_aside_never_over_it
     assert (tmp_path / "results.json").stat().st_mode & 0o777 == probe.stat().st_mode & 0o777
 
 
-def test_a_failed_sweep_job_does_not_report_an_earlier_runs_results(tmp_path):
+def test_a_failed_sweep_job_does_not_report_an_earlier_runs_results(tmp_path, run_cli):
     sweep = tmp_path / "sweep"
 
     def sweep_run(block_sizes: str) -> subprocess.CompletedProcess:
-        return subprocess.run(harness_cmd("-m", *SMALL, "systems=[paged]", f"block_size={block_sizes}",
-                                          f"hydra.sweep.dir={sweep}"),
-                              cwd=ROOT, capture_output=True, text=True, timeout=300, env=env())
+        return run_cli(None, "-m", *SMALL, "systems=[paged]", f"block_size={block_sizes}",
+                       f"hydra.sweep.dir={sweep}")
 
     assert sweep_run("8").returncode == 0
     earlier = (sweep / "0" / "results.json").read_bytes()

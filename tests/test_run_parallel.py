@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -37,15 +36,6 @@ def run_in_process(out_dir: Path, *overrides: str) -> Path:
     return out_dir
 
 
-def run_cli(out_dir: Path, *overrides: str) -> Path:
-    """``python -m harness`` (no torch in the parent, so workers are forked)."""
-    proc = subprocess.run([sys.executable, "-m", "harness", *SMALL, *overrides,
-                           f"hydra.run.dir={out_dir}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return out_dir
-
-
 def results_without_hash(run_dir: Path) -> dict:
     """results.json less config_hash, which covers every config key, ``jobs`` included."""
     results = json.loads((run_dir / "results.json").read_text())
@@ -53,10 +43,12 @@ def results_without_hash(run_dir: Path) -> dict:
     return results
 
 
-def test_parallel_runs_match_the_serial_run_byte_for_byte(tmp_path):
+def test_parallel_runs_match_the_serial_run_byte_for_byte(tmp_path, run_cli):
     serial = run_in_process(tmp_path / "serial", "jobs=1")
+    forked = run_cli(tmp_path / "fork", *SMALL, "jobs=2")  # no torch in the CLI: workers fork
+    assert forked.returncode == 0, forked.stderr
     parallel = {"forkserver": run_in_process(tmp_path / "forkserver", "jobs=2"),
-                "fork": run_cli(tmp_path / "fork", "jobs=2")}
+                "fork": tmp_path / "fork"}
     expected = results_without_hash(serial)
     assert list(expected["systems"]) == list(SYSTEMS)  # configured order
     tables = sorted(p.name for p in serial.glob("*.csv"))
@@ -71,12 +63,9 @@ def test_parallel_runs_match_the_serial_run_byte_for_byte(tmp_path):
     assert json.loads((serial / "run_info.json").read_text())["jobs"] == 1
 
 
-def interrupt_cli(run_dir: Path, *overrides: str, after: str, wait_s: float) -> tuple[int, str]:
-    """``python -m harness``, Ctrl-C ``wait_s`` after a stderr line containing ``after``;
-    (exit status, stderr)."""
-    command = [sys.executable, "-m", "harness", *overrides, f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+def interrupt_cli(proc: subprocess.Popen, after: str, wait_s: float) -> tuple[int, str]:
+    """Ctrl-C the started ``python -m harness`` ``wait_s`` after a stderr line containing
+    ``after``; (exit status, stderr)."""
     seen = []
     for line in proc.stderr:
         seen.append(line)
@@ -88,11 +77,11 @@ def interrupt_cli(run_dir: Path, *overrides: str, after: str, wait_s: float) -> 
     return proc.returncode, "".join(seen) + rest
 
 
-def test_ctrl_c_stops_the_workers_and_writes_what_has_run(tmp_path):
+def test_ctrl_c_stops_the_workers_and_writes_what_has_run(tmp_path, run_cli):
     # each system takes several seconds: two are running at Ctrl-C, oracle waits for a worker
-    status, stderr = interrupt_cli(tmp_path, "workload=sharegpt_like", "workload.num_requests=20000",
-                                   "systems=[paged,max,oracle]", "jobs=2",
-                                   after="running 3 systems in 2 processes", wait_s=2)
+    proc = run_cli.start(tmp_path, "workload=sharegpt_like", "workload.num_requests=20000",
+                         "systems=[paged,max,oracle]", "jobs=2", stdout=subprocess.DEVNULL)
+    status, stderr = interrupt_cli(proc, after="running 3 systems in 2 processes", wait_s=2)
     assert (status, "Traceback" in stderr) == (130, False), stderr
     assert "interrupted: writing what has run, marked incomplete" in stderr
     results = json.loads((tmp_path / "results.json").read_text())
@@ -111,10 +100,8 @@ def test_bad_jobs_values_name_the_key(value):
         resolve_jobs(value, "sim", 4)
 
 
-def test_bad_jobs_value_stops_the_cli_with_the_key(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "harness", *SMALL, "jobs=0",
-                           f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+def test_bad_jobs_value_stops_the_cli_with_the_key(tmp_path, run_cli):
+    proc = run_cli(tmp_path, *SMALL, "jobs=0")
     assert proc.returncode == 2 and "error: jobs: must be a positive integer" in proc.stderr
 
 
