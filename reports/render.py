@@ -78,7 +78,8 @@ def latency_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
 
 
 def _headline_sentence(systems: dict[str, dict]) -> str | None:
-    """What paging bought on this workload, in one sentence (paged vs the best contiguous)."""
+    """What paging bought on this workload, in one sentence: the paged and the contiguous
+    system that wasted the least KV memory (the quantity the sentence leads with)."""
     paged = {n: s for n, s in systems.items() if s.get("allocator", {}).get("kind") == "paged"}
     contiguous = {n: s for n, s in systems.items()
                   if s.get("allocator", {}).get("kind") == "contiguous"}
@@ -87,20 +88,24 @@ def _headline_sentence(systems: dict[str, dict]) -> str | None:
     if len({s["requests"]["rejected"] for s in systems.values()}) > 1:
         return None  # they served different requests (the warnings say which): no comparison
 
-    def best(group: dict[str, dict]) -> str:  # highest throughput, then least waste
-        return max(group, key=lambda n: (group[n]["throughput"]["requests_per_s"] or 0.0,
-                                         -(waste_pct(group[n]) or 0.0)))
+    def least_waste(group: dict[str, dict]) -> str | None:  # then the higher throughput
+        measured = {n: s for n, s in group.items() if waste_pct(s) is not None}
+        return min(measured, key=lambda n: (waste_pct(measured[n]),
+                                            -(measured[n]["throughput"]["requests_per_s"] or 0.0)),
+                   default=None)
 
-    p_name, c_name = best(paged), best(contiguous)
+    p_name, c_name = least_waste(paged), least_waste(contiguous)
+    if p_name is None or c_name is None:
+        return None  # a group used no memory: nothing to compare
     p, c = paged[p_name], contiguous[c_name]
 
     def ratio(a, b):
         return f"{a / b:.2f}×" if a and b else "–"
 
     return (f"On this workload <b>{esc(p_name)}</b> left {fmt(waste_pct(p), 1)}% of the KV memory "
-            f"it used without token states vs {fmt(waste_pct(c), 1)}% for the best contiguous "
-            f"system (<b>{esc(c_name)}</b>), ran a mean batch of {fmt(p['batch']['mean_seqs'], 1)} "
-            f"vs {fmt(c['batch']['mean_seqs'], 1)} sequences "
+            f"it used without token states vs {fmt(waste_pct(c), 1)}% for the contiguous "
+            f"system that wasted the least (<b>{esc(c_name)}</b>), ran a mean batch of "
+            f"{fmt(p['batch']['mean_seqs'], 1)} vs {fmt(c['batch']['mean_seqs'], 1)} sequences "
             f"({ratio(p['batch']['mean_seqs'], c['batch']['mean_seqs'])}) and served "
             f"{ratio(p['throughput']['requests_per_s'], c['throughput']['requests_per_s'])} "
             "the requests per second.")
