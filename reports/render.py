@@ -16,7 +16,7 @@ from harness.results import atomic_write_text
 from reports import figures as F
 from reports.claims import FAILS, HOLDS, evaluate_claims
 from reports.figure_batch import PendingFigure, resolve
-from reports.html import absent, esc, fmt, page, table
+from reports.html import Raw, absent, esc, fmt, page, table
 from reports.metrics import energy_per_token_j, waste_pct
 from reports.rundata import RunData, load_run
 from reports.telemetry import telemetry_figure
@@ -402,7 +402,7 @@ def _workload_section(run: RunData) -> list[str]:
     rows = []
     for key, value in workload.items():
         if isinstance(value, dict) and all(not isinstance(v, (dict, list)) for v in value.values()):
-            value = ", ".join(f"{k}={fmt(v)}" for k, v in value.items())
+            value = Raw(", ".join(f"{esc(k)}={fmt(v)}" for k, v in value.items()))  # escaped once
         elif isinstance(value, (dict, list)):
             continue
         rows.append([key, value])
