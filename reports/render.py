@@ -16,6 +16,7 @@ from harness.results import atomic_write_text
 from reports import figures as F
 from reports.claims import FAILS, HOLDS, evaluate_claims
 from reports.figure_batch import PendingFigure, resolve
+from reports.headline import headline_sentence, load_parts
 from reports.html import Raw, absent, esc, fmt, page, table
 from reports.metrics import energy_per_token_j, waste_pct
 from reports.rundata import RunData, load_run
@@ -75,40 +76,6 @@ def latency_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
             row += [lat.get("p50"), lat.get("p90"), lat.get("p99")]
         rows.append(row)
     return header, rows
-
-
-def _headline_sentence(systems: dict[str, dict]) -> str | None:
-    """What paging bought on this workload, in one sentence: the paged and the contiguous
-    system that wasted the least KV memory (the quantity the sentence leads with)."""
-    paged = {n: s for n, s in systems.items() if s.get("allocator", {}).get("kind") == "paged"}
-    contiguous = {n: s for n, s in systems.items()
-                  if s.get("allocator", {}).get("kind") == "contiguous"}
-    if not paged or not contiguous:
-        return None
-    if len({s["requests"]["rejected"] for s in systems.values()}) > 1:
-        return None  # they served different requests (the warnings say which): no comparison
-
-    def least_waste(group: dict[str, dict]) -> str | None:  # then the higher throughput
-        measured = {n: s for n, s in group.items() if waste_pct(s) is not None}
-        return min(measured, key=lambda n: (waste_pct(measured[n]),
-                                            -(measured[n]["throughput"]["requests_per_s"] or 0.0)),
-                   default=None)
-
-    p_name, c_name = least_waste(paged), least_waste(contiguous)
-    if p_name is None or c_name is None:
-        return None  # a group used no memory: nothing to compare
-    p, c = paged[p_name], contiguous[c_name]
-
-    def ratio(a, b):
-        return f"{a / b:.2f}×" if a and b else "–"
-
-    return (f"On this workload <b>{esc(p_name)}</b> left {fmt(waste_pct(p), 1)}% of the KV memory "
-            f"it used without token states vs {fmt(waste_pct(c), 1)}% for the contiguous "
-            f"system that wasted the least (<b>{esc(c_name)}</b>), ran a mean batch of "
-            f"{fmt(p['batch']['mean_seqs'], 1)} vs {fmt(c['batch']['mean_seqs'], 1)} sequences "
-            f"({ratio(p['batch']['mean_seqs'], c['batch']['mean_seqs'])}) and served "
-            f"{ratio(p['throughput']['requests_per_s'], c['throughput']['requests_per_s'])} "
-            "the requests per second.")
 
 
 def _name(node) -> str | None:
@@ -425,9 +392,10 @@ def render_run_report(run_dir: Path) -> Path:
     systems = run.systems
     colors = F.system_colors(list(systems))
     parts = _header(run)
+    parts += load_parts(run.results or {})
     parts.append("<h2 id='summary'>Summary</h2>")
     if systems:
-        sentence = _headline_sentence(systems)
+        sentence = headline_sentence(systems)
         if sentence:
             parts.append(f"<p id='headline'>{sentence}</p>")
         header, rows = summary_rows(systems)

@@ -156,3 +156,4 @@ def test_sizes_set_through_hydra_win_over_the_cpu_defaults_too(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = _strict_json(tmp_path / "kernel_results.json")
     assert [(r["batch"], r["context_len"], r["block_size"]) for r in results["rows"]] == [(2, 32, 8)]
+    assert f"kernel_results.json: {tmp_path / 'kernel_results.json'}" in proc.stderr  # the summary
