@@ -22,6 +22,7 @@ from reports.metrics import energy_per_token_j, waste_pct
 from reports.rundata import RunData, load_run
 from reports.telemetry import telemetry_figure
 
+NAV = "<nav></nav>"
 SECTIONS = [("summary", "Summary"), ("memory", "Memory"), ("serving", "Serving"),
             ("kernels", "Kernels"), ("telemetry", "GPU telemetry"),
             ("claims", "Theory and claims"), ("workload", "Workload and run")]
@@ -108,8 +109,7 @@ def _header(run: RunData) -> list[str]:
                       if value not in (None, ""))
     title = f"pagebench report: {workload or 'kernels'}"
     parts = [f"<h1>{esc(title)}</h1>", f"<p class='meta' id='run-meta'>{meta}</p>"]
-    parts.append("<nav>" + "".join(f"<a href='#{sid}'>{esc(label)}</a>" for sid, label in SECTIONS)
-                 + "</nav>")
+    parts.append(NAV)  # replaced by the links to the sections the report has
     if r and not r.get("complete", True):
         parts.append("<p class='note'>This run is incomplete "
                      f"({esc(r.get('stop_reason', 'stopped early'))}): figures cover what "
@@ -282,11 +282,9 @@ def _kernel_section(run: RunData) -> list[str | PendingFigure]:
         figs = []
         parts.append("<p class='note'>The kernel figures could not be drawn (see the render "
                      "log); the kernel results are listed below.</p>")
-    for i, fig in enumerate(figs):
-        parts.append(PendingFigure(
-            lambda fig=fig: fig, f"kernel figure {i + 1}",
-            "Decode attention with and without the block table (same Triton kernel) and the "
-            "reference paths; the table below has the numbers."))
+    for i, (fig, caption) in enumerate(figs):
+        parts.append(PendingFigure(lambda fig=fig: fig, f"kernel figure {i + 1}",
+                                   caption + " The table below has the numbers."))
     summary = run.kernel_results.get("summary")
     if isinstance(summary, dict) and summary and all(isinstance(v, dict) for v in summary.values()):
         rows = []
@@ -306,6 +304,19 @@ def _kernel_section(run: RunData) -> list[str | PendingFigure]:
         parts.append(table(["field", "value"], scalars, text_columns=(0, 1), digits=4,
                            css_id="kernel-table"))
     return parts
+
+
+def _kernel_summary(kernel: dict) -> str:
+    """The summary of a kernels-only run: what was timed, and paged / contiguous per head."""
+    from harness.summary import kernel_summary_lines
+
+    lines = kernel_summary_lines(kernel)
+    items = "".join(f"<li>{esc(line.strip())}</li>" for line in lines[1:])
+    what = ("on a CPU, torch's reference paths (not the Triton kernels)"
+            if kernel.get("timings") == "cpu" else "the Triton decode kernels on a GPU")
+    return (f"<p id='kernel-summary'>A kernels-only run (no serving run): it timed decode "
+            f"attention through the block table and without it, {esc(what)}.</p>"
+            + (f"<ul>{items}</ul>" if items else ""))
 
 
 def _telemetry_section(run: RunData, colors: dict[str, str]) -> list[str | PendingFigure]:
@@ -376,6 +387,8 @@ def _workload_section(run: RunData) -> list[str]:
     if rows:
         parts.append(table(["workload field", "value"], rows, text_columns=(0, 1),
                            css_id="workload-table"))
+    elif not run.results:
+        return []  # a kernels-only run: its run details are in the Kernels section
     info = run.run_info
     info_rows = [[k, v] for k, v in info.items() if not isinstance(v, (dict, list))]
     for name, sys_info in (info.get("systems") or {}).items():
@@ -400,14 +413,18 @@ def render_run_report(run_dir: Path) -> Path:
             parts.append(f"<p id='headline'>{sentence}</p>")
         header, rows = summary_rows(systems)
         parts.append(table(header, rows, text_columns=(0, 1), css_id="summary-table"))
-    else:
-        parts.append(absent("Serving (this is a kernels-only run)"))
-    parts += _memory_section(run, colors)
-    parts += _serving_section(run, colors)
+        parts += _memory_section(run, colors)
+        parts += _serving_section(run, colors)
+    else:  # a kernels-only run: what it measured first, then its figures
+        parts.append(_kernel_summary(run.kernel_results or {}))
     parts += _kernel_section(run)
     parts += _telemetry_section(run, colors)
     parts += _claims_section(run)
     parts += _workload_section(run)
+    present = [(sid, label) for sid, label in SECTIONS
+               if any(isinstance(p, str) and p.startswith(f"<h2 id='{sid}'>") for p in parts)]
+    parts[parts.index(NAV)] = ("<nav>" + "".join(f"<a href='#{sid}'>{esc(label)}</a>"
+                                                 for sid, label in present) + "</nav>")
     out = Path(run_dir) / "report.html"
     atomic_write_text(out, page("pagebench report", resolve(parts)))
     return out
