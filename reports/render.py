@@ -148,21 +148,37 @@ def _memory_section(run: RunData, colors: dict[str, str]) -> list[str | PendingF
             lambda: _usage_over_time(steps, scale, colors),
             "block-level vs token-level usage over time",
             "Allocated slots (block level) over slots holding a token's KV (token level); the "
-            "band between them is allocated memory without token state."))
+            "band between them is allocated memory without token state. Each panel draws its "
+            "band and block-level line in its system's colour (the legend's grey)."))
     else:
         parts.append(absent("Per-step timelines (no steps_<system> tables)"))
     parts.append(PendingFigure(lambda: F.panel_bars(systems, [
         ("block-level usage (% of pool)", lambda s: s["memory"].get("block_level_usage_pct")),
         ("token-level usage (% of pool)", lambda s: s["memory"].get("token_level_usage_pct")),
-        ("sharing savings (% of logical)", lambda s: s["memory"].get("sharing_savings_pct")),
-        ("prefix-cache hit rate (%)",
-         lambda s: 100.0 * ((s.get("prefix_cache") or {}).get("hit_rate") or 0.0)),
+        ("sharing savings (% of logical)", _sharing_savings),
+        ("prefix-cache hit rate (%)", _prefix_hit_rate),
     ], "Usage, sharing and prefix caching (time-averaged)", colors),
         "usage, sharing savings and prefix-cache hit rate per system",
         "Sharing savings = 1 - physical / logical token slots (a shared slot counted once per "
         "sharer); the hit rate counts prompt tokens served from the prefix cache, re-admissions "
-        "after a preemption included."))
+        "after a preemption included. n/a: the system cannot share blocks (contiguous) or has "
+        "no prefix cache."))
     return parts
+
+
+def _sharing_savings(summary: dict) -> float | None:
+    """None (n/a) for a contiguous system: it never shares a slot."""
+    if summary.get("allocator", {}).get("kind") == "contiguous":
+        return None
+    return summary["memory"].get("sharing_savings_pct")
+
+
+def _prefix_hit_rate(summary: dict) -> float | None:
+    """In %; None (n/a) for a system without a prefix cache."""
+    hit_rate = (summary.get("prefix_cache") or {}).get("hit_rate")
+    if not summary.get("allocator", {}).get("prefix_caching") or hit_rate is None:
+        return None
+    return 100.0 * hit_rate
 
 
 def _usage_over_time(steps, scale, colors):
@@ -183,7 +199,13 @@ def _usage_over_time(steps, scale, colors):
         ax.set_ylim(0, 100)
         ax.set_ylabel("% of pool")
         ax.set_title(name, fontsize=9, loc="left")
-    F._legend_right(axes[0, 0])
+    # the legend's keys in neutral grey: each panel draws its band and line in its system's colour
+    axes[0, 0].figure.legend(
+        [F.plt.Rectangle((0, 0), 1, 1, color="#888", alpha=0.3, linewidth=0),
+         F.plt.Line2D([], [], color="#888", linewidth=0.9),
+         F.plt.Line2D([], [], color="black", linewidth=0.7)],
+        ["allocated, no token state (band)", "block-level (allocated)",
+         "token-level (token states)"], loc="outside right upper", fontsize=8, frameon=False)
     axes[-1, 0].set_xlabel("time (s)")
     fig.suptitle("Block-level vs token-level usage")
     return fig

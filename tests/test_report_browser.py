@@ -191,3 +191,16 @@ def test_hostile_strings_in_every_report_kind_stay_text(browser_page, tmp_path):
         assert (kind, state["pwned"], state["scripts"], state["handlers"], errors) == \
             (kind, None, 0, [], []), state
         assert state["shown"] >= 3, (kind, state)  # the payload was rendered, as text
+
+
+def test_the_sweep_table_fits_the_page(browser_page, tmp_path):
+    from reports.sweep import render_sweep_report
+    from test_sweep import fake_sweep
+
+    run_dir = small_run(tmp_path / "run", "systems=[paged,oracle]", "workload.num_requests=16")
+    report = render_sweep_report(fake_sweep(tmp_path, run_dir))
+    browser_page.goto(report.as_uri(), wait_until="load")
+    table_width, page_width = browser_page.evaluate("""() => {
+        const table = document.querySelector('#sweep-table');
+        return [table.scrollWidth, table.parentElement.clientWidth]; }""")
+    assert table_width <= page_width  # every metric's column is on the page, no scrolling
