@@ -34,6 +34,7 @@ from harness.errors import ConfigError, did_you_mean
 from harness.metrics import memory_summary, serving_summary
 from harness.processes import fork_is_safe, forking, usable_cpus
 from harness.progress import ParallelBars, publish, shared_progress
+from harness.reuse import reuse_earlier
 from harness.interrupts import InterruptFlag, deferred_interrupt
 from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.results import SCHEMA_VERSION, config_hash, write_json, write_table
@@ -170,12 +171,18 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
         print(f"  {outcome.system.name}: {outcome.num_steps} steps in {outcome.wall_time_s:.2f} s "
               f"wall ({outcome.run_info()['steps_per_s']} {steps_kind} steps/s)", file=sys.stderr)
 
+    if engine.executor == "sim":  # deterministic: a sibling job's identical system is reused
+        results["system_inputs"] = {}
+        for system, summary in reuse_earlier(cfg, systems, capacity, out_dir,
+                                             results["system_inputs"]):
+            outcomes[system.name] = SystemOutcome(system, summary, summary.get("steps", 0), 0.0, [])
+    to_run = [system for system in systems if system.name not in outcomes]
     with deferred_interrupt() as interrupt:
         try:
-            if jobs == 1:
-                _run_serial(systems, context, show_progress, interrupt, record)
+            if jobs == 1 or len(to_run) < 2:
+                _run_serial(to_run, context, show_progress, interrupt, record)
             else:
-                _run_parallel(systems, context, jobs, interrupt, record, show_progress)
+                _run_parallel(to_run, context, jobs, interrupt, record, show_progress)
         except KeyboardInterrupt:  # a second Ctrl-C: keep the systems that finished
             pass
     telemetry_rows = _merge_outcomes(systems, outcomes, results, run_info)

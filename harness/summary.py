@@ -182,10 +182,12 @@ def print_run_summary(out_dir: Path, file: TextIO | None = None) -> None:
 def print_sweep_summary(sweep_dir: Path, jobs: list, file: TextIO | None = None) -> None:
     """Print a sweep's summary: one line per (finished job, system), then its report's
     paths. ``jobs``: ``reports.sweep.collect_jobs(sweep_dir)``."""
-    rows = [(f"{job.name} {' '.join(f'{k}={v}' for k, v in job.params.items())} {name}", s)
-            for job in jobs if job.results for name, s in job.results.get("systems", {}).items()]
-    finished = sum(1 for job in jobs if job.results)
-    lines = [f"summary of the sweep ({finished} of {len(jobs)} jobs with results):",
+    done = [job for job in jobs if job.results]
+    varied = [key for key in dict.fromkeys(k for job in done for k in job.params)
+              if len({str(job.params.get(key)) for job in done}) > 1]  # what the sweep swept
+    rows = [(" ".join([job.name, *(f"{k}={job.params.get(k)}" for k in varied), name]), s)
+            for job in done for name, s in job.results.get("systems", {}).items()]
+    lines = [f"summary of the sweep ({len(done)} of {len(jobs)} jobs with results):",
              *system_table(rows),
              *_paths(Path(sweep_dir), "sweep_results.csv", "sweep_report.html")]
     print("\n".join(lines), file=file or sys.stderr, flush=True)

@@ -99,12 +99,15 @@ def test_summary_of_a_sweep_has_a_line_per_job_and_system(tmp_path):
     from reports.sweep import Job
 
     results = mooncake_like()
-    jobs = [Job("0", ["block_size=8"], "finished", results=results),
-            Job("1", ["block_size=16"], "failed")]
+    jobs = [Job("0", ["workload=docqa", "block_size=8"], "finished", results=results),
+            Job("1", ["workload=docqa", "block_size=16"], "finished", results=results),
+            Job("2", ["workload=docqa", "block_size=32"], "failed")]
     (tmp_path / "sweep_report.html").write_text("<html></html>")
     out = io.StringIO()
     print_sweep_summary(tmp_path, jobs, out)
     lines = out.getvalue().splitlines()
-    assert lines[0] == "summary of the sweep (1 of 2 jobs with results):"
-    assert lines[2].split()[:3] == ["0", "block_size=8", "paged"]
+    assert lines[0] == "summary of the sweep (2 of 3 jobs with results):"
+    # each line names its job by what the sweep varied, not by every override
+    assert [line.split()[:3] for line in lines[2:4]] == [["0", "block_size=8", "paged"],
+                                                          ["1", "block_size=16", "paged"]]
     assert lines[-1] == f"sweep_report.html: {tmp_path / 'sweep_report.html'}"
