@@ -1,4 +1,4 @@
-"""The memory breakdown of GUIDE section 3, kept up to date operation by operation.
+"""The memory breakdown of docs/memory.md, kept up to date operation by operation.
 
 Both managers keep a few running sums and turn them into a ``MemoryBreakdown`` in
 O(1); nothing here ever scans the pool.

@@ -33,7 +33,7 @@ class Admission:
 
 
 class MemoryBreakdown(NamedTuple):
-    """Every slot of the pool, in exactly one category (GUIDE section 3).
+    """Every slot of the pool, in exactly one category (docs/memory.md).
 
     token_states + reserved + internal_fragmentation + external_fragmentation
     + idle == capacity_slots, always.

@@ -30,6 +30,7 @@ from harness.errors import ConfigError, PagebenchError
 from harness.rejections import SERVED_NOTHING
 from harness.fileio import atomic_write_text
 from harness.results import config_hash, existing_complete_results, set_aside_previous_run
+from harness.summary import print_run_summary
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -73,6 +74,7 @@ def main(cfg: DictConfig) -> None:
             from harness.studies import run_study
 
             run_study(cfg, out_dir, prepared)
+            print_run_summary(out_dir)
             return
         if mode == "kernels":
             from kernels.benchmark import prefer_explicit, run_kernel_benchmark
@@ -83,10 +85,12 @@ def main(cfg: DictConfig) -> None:
                 from reports.render import render_run_report
 
                 render_run_report(out_dir)  # report.html with the kernels section
+            print_run_summary(out_dir)
             return
         from harness.run import run_serving
 
         results = run_serving(cfg, out_dir)
+        print_run_summary(out_dir)
         if str(results.get("stop_reason", "")).startswith(SERVED_NOTHING):
             raise ConfigError(f"{results['stop_reason']}: it rejected every request (see the "
                               f"warning above; the results are written to {out_dir})")

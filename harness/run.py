@@ -7,7 +7,9 @@ after the other.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import functools
 import multiprocessing
 import pickle
 import platform
@@ -31,6 +33,8 @@ from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
 from harness.metrics import memory_summary, serving_summary
 from harness.processes import fork_is_safe, forking, usable_cpus
+from harness.progress import ParallelBars, publish, shared_progress
+from harness.reuse import reuse_earlier
 from harness.interrupts import InterruptFlag, deferred_interrupt
 from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.fileio import write_json
@@ -168,12 +172,18 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
         print(f"  {outcome.system.name}: {outcome.num_steps} steps in {outcome.wall_time_s:.2f} s "
               f"wall ({outcome.run_info()['steps_per_s']} {steps_kind} steps/s)", file=sys.stderr)
 
+    if engine.executor == "sim":  # deterministic: a sibling job's identical system is reused
+        results["system_inputs"] = {}
+        for system, summary in reuse_earlier(cfg, systems, capacity, out_dir,
+                                             results["system_inputs"]):
+            outcomes[system.name] = SystemOutcome(system, summary, summary.get("steps", 0), 0.0, [])
+    to_run = [system for system in systems if system.name not in outcomes]
     with deferred_interrupt() as interrupt:
         try:
-            if jobs == 1:
-                _run_serial(systems, context, show_progress, interrupt, record)
+            if jobs == 1 or len(to_run) < 2:
+                _run_serial(to_run, context, show_progress, interrupt, record)
             else:
-                _run_parallel(systems, context, jobs, interrupt, record)
+                _run_parallel(to_run, context, jobs, interrupt, record, show_progress)
         except KeyboardInterrupt:  # a second Ctrl-C: keep the systems that finished
             pass
     telemetry_rows = _merge_outcomes(systems, outcomes, results, run_info)
@@ -285,8 +295,10 @@ def _run_serial(systems: list[SystemSpec], context: RunContext, show_progress: b
 
 
 def _run_parallel(systems: list[SystemSpec], context: RunContext, jobs: int,
-                  interrupt: InterruptFlag, record: Callable[[SystemOutcome], None]) -> None:
-    """Run the systems in ``jobs`` worker processes, recording each as it finishes.
+                  interrupt: InterruptFlag, record: Callable[[SystemOutcome], None],
+                  show_progress: bool = False) -> None:
+    """Run the systems in ``jobs`` worker processes, recording each as it finishes; with
+    ``show_progress`` the parent draws a bar per system from the workers' shared progress.
 
     Workers ignore SIGINT; on Ctrl-C the parent raises a shared stop flag: running
     systems stop after their current step (recorded as interrupted), the others never start.
@@ -294,22 +306,30 @@ def _run_parallel(systems: list[SystemSpec], context: RunContext, jobs: int,
     print(f"  running {len(systems)} systems in {jobs} processes", file=sys.stderr)
     mp = _pool_context()
     stop = mp.RawValue("b", 0)  # shared memory: a worker reads it after every engine step
+    progress = shared_progress(mp, len(systems))  # written by the workers, drawn here
+    bars = (ParallelBars([s.name for s in systems], len(context.workload.requests), progress)
+            if show_progress else None)
     shared = pickle.dumps(context, protocol=pickle.HIGHEST_PROTOCOL)  # keeps arrays read-only
     with ProcessPoolExecutor(jobs, mp_context=mp, initializer=_init_worker,
-                             initargs=(shared, stop)) as pool:
+                             initargs=(shared, stop, progress)) as pool:
         try:
             with forking():  # the workers start at the first submit
-                pending = {pool.submit(_run_in_worker, system) for system in systems}
+                pending = {pool.submit(_run_in_worker, system, i) for i, system in enumerate(systems)}
             while pending:
                 done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
                 if interrupt.check():
                     stop.value = 1
+                if bars is not None:
+                    bars.refresh()
                 for future in done:
                     if (outcome := future.result()) is not None:
-                        record(outcome)
+                        with bars.printing() if bars is not None else contextlib.nullcontext():
+                            record(outcome)
         finally:  # after an error or a second Ctrl-C: stop the other workers, not wait for them
             stop.value = 1
             pool.shutdown(cancel_futures=True)
+            if bars is not None:
+                bars.close()
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
@@ -326,21 +346,26 @@ def _pool_context() -> multiprocessing.context.BaseContext:
 
 _worker_context: RunContext | None = None
 _worker_stop: Any = None  # the parent's stop flag (a shared ctypes byte)
+_worker_progress: Any = None  # the parent's progress slots (harness.progress)
 
 
-def _init_worker(shared: bytes, stop: Any) -> None:
+def _init_worker(shared: bytes, stop: Any, progress: Any = None) -> None:
     """Worker start: leave Ctrl-C to the parent, unpickle the run's shared context once."""
-    global _worker_context, _worker_stop
+    global _worker_context, _worker_stop, _worker_progress
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_context = pickle.loads(shared)
     _worker_stop = stop
+    _worker_progress = progress
 
 
-def _run_in_worker(system: SystemSpec) -> SystemOutcome | None:
-    """Run one system in a worker process; None when the run was stopped before it started."""
+def _run_in_worker(system: SystemSpec, index: int = 0) -> SystemOutcome | None:
+    """Run one system (the run's ``index``-th) in a worker process, publishing its progress;
+    None when the run was stopped before it started."""
     if _worker_stop.value:
         return None
-    return _run_system(system, _worker_context, False, _worker_stopped)
+    on_progress = (None if _worker_progress is None
+                   else functools.partial(publish, _worker_progress, index))
+    return _run_system(system, _worker_context, False, _worker_stopped, on_progress)
 
 
 def _worker_stopped() -> str | None:
@@ -349,11 +374,12 @@ def _worker_stopped() -> str | None:
 
 
 def _run_system(system: SystemSpec, context: RunContext, show_progress: bool,
-                stop_requested: Callable[[], str | None]) -> SystemOutcome:
+                stop_requested: Callable[[], str | None],
+                on_progress: Callable[[int, float], None] | None = None) -> SystemOutcome:
     """Run one system, write its step and request tables, reduce the run to its outcome."""
     c = context
     run = _run_one(system, c.workload, c.model, c.hardware, c.engine, c.capacity, c.max_model_len,
-                   c.seed, show_progress, stop_requested)
+                   c.seed, show_progress, stop_requested, on_progress)
     steps, requests = run.recorder.step_table(), run.recorder.request_table()
     write_table(c.out_dir / f"steps_{system.name}.csv", steps)
     write_table(c.out_dir / f"requests_{system.name}.csv", requests)
@@ -363,13 +389,12 @@ def _run_system(system: SystemSpec, context: RunContext, show_progress: bool,
 
 def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareSpec,
              engine: EngineSpec, capacity: int, max_model_len: int, seed: int,
-             show_progress: bool, stop_requested=None) -> EngineRun:
+             show_progress: bool, stop_requested=None, on_progress=None) -> EngineRun:
     manager = build_manager(system, capacity, model, engine, max_model_len)
     scheduler = Scheduler(manager, engine, seed=seed)
     executor = make_executor(engine, system, model, hardware, manager, seed=seed,
                              max_model_len=max_model_len)
     bar = None
-    on_progress = None
     if show_progress:
         from tqdm import tqdm
 

@@ -123,6 +123,11 @@ class SweepReportCallback(Callback):
         sweep_dir = _sweep_dir(config)
         if self.enabled and sweep_dir is not None:
             self._render(sweep_dir)
+        if self.progress and sweep_dir is not None and sweep_dir.is_dir():
+            from harness.summary import print_sweep_summary
+            from reports.sweep import collect_jobs
+
+            print_sweep_summary(sweep_dir, collect_jobs(sweep_dir))
 
     def _report_at_exit(self, sweep_dir: Path) -> None:
         """Draw the report of a sweep that stopped before ``on_multirun_end``, unless this

@@ -22,6 +22,8 @@ from reports.rundata import RunData
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 HOLDS, FAILS, NOT_MEASURED = "holds", "does not hold", "not measured in this run"
+# The kinds of expectation a check may give (exactly one; claims.yaml's header says what each means).
+EXPECTATIONS = ("approx", "below", "at_least", "range")
 
 
 @dataclass(frozen=True)
@@ -272,9 +274,9 @@ def load_claims(path: Path = CLAIMS_FILE) -> dict:
                 raise ValueError(f"{where}.checks[{j}].measure: unknown {check.get('measure')!r}; "
                                  f"known: {', '.join(MEASURES)}")
             expect = check.get("expect") or {}
-            if sum(k in expect for k in ("approx", "below", "range")) != 1:
-                raise ValueError(f"{where}.checks[{j}].expect: give exactly one of approx, below, "
-                                 "range")
+            if sum(k in expect for k in EXPECTATIONS) != 1:
+                raise ValueError(f"{where}.checks[{j}].expect: give exactly one of "
+                                 f"{', '.join(EXPECTATIONS)}")
     return data
 
 
@@ -282,6 +284,8 @@ def _judge(expect: dict, m: Measured) -> tuple[str, str]:
     """(expected text, verdict) of one measurement."""
     if "below" in expect:
         return f"< {expect['below']:g}", HOLDS if m.value < expect["below"] else FAILS
+    if "at_least" in expect:
+        return f"≥ {expect['at_least']:g}", HOLDS if m.value >= expect["at_least"] else FAILS
     if "range" in expect:
         low, high = expect["range"]
         return f"{low:g} – {high:g}", HOLDS if low <= m.value <= high else FAILS

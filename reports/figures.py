@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 import zlib
 
 import matplotlib
@@ -176,18 +177,28 @@ def grouped_bars(systems: dict[str, dict], series: dict[str, callable], ylabel: 
 
 def panel_bars(systems: dict[str, dict], panels: list[tuple[str, callable]], title: str,
                colors: dict[str, str]) -> Figure:
-    """Side-by-side panels, each one bar per system (the panel title is the y label)."""
+    """Panels of one bar per system (the panel's y label says what), two to a row past
+    three; a system the quantity does not apply to (its getter returns None) reads "n/a"
+    instead of a bar. The x tick labels name the bars: no legend."""
     names = list(systems)
-    fig, axes = subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.6, 3.3), squeeze=False)
-    for ax, (label, get) in zip(axes[0], panels):
+    cols = len(panels) if len(panels) <= 3 else 2
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = subplots(rows, cols, figsize=(4.6 * cols, 3.1 * rows + 0.4), squeeze=False)
+    for ax, (label, get) in zip(axes.flat, panels):
         values = [get(systems[n]) for n in names]
-        ax.bar(names, [np.nan if v is None else v for v in values],
+        ax.bar(range(len(names)), [0.0 if v is None else v for v in values],
                color=[colors[n] for n in names])
+        ax.set_xticks(range(len(names)), names)
+        ax.set_xlim(-0.6, len(names) - 0.4)
+        top = max([v for v in values if v is not None] + [0.0]) or 1.0
+        ax.set_ylim(0, top * 1.12)
+        for i, value in enumerate(values):
+            if value is None:
+                ax.text(i, top * 0.02, "n/a", ha="center", va="bottom", fontsize=8, color="#666")
         ax.set_ylabel(label)
-        ax.set_xlabel("system")
-        ax.tick_params(axis="x", labelrotation=30)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names]
-    fig.legend(handles, names, loc="outside right upper", fontsize=8, frameon=False)
+        ax.tick_params(axis="x", labelrotation=30 if len(names) > 4 else 0)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
     fig.suptitle(title)
     return fig
 

@@ -9,7 +9,8 @@
 3. paged / contiguous time vs block size, one line per (batch, context).
 
 Figures are built with ``matplotlib.figure.Figure`` (no pyplot, no global backend), so
-they are safe in a headless run; CPU results say "CPU timings" in every title.
+they are safe in a headless run; CPU results say "CPU timings" in every title. Each
+figure's legend sits outside its panels, on the right, so it never covers a line.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterable
 from matplotlib.figure import Figure
 
 SUBPLOT_W, SUBPLOT_H = 5.2, 3.9
+LEGEND_W = 1.9  # inches right of the panels for the legend
 
 
 def _rows(results: dict, **match) -> list[dict]:
@@ -30,7 +32,7 @@ def _sorted_unique(values: Iterable) -> list:
 
 
 def _axes(n: int, title: str, results: dict) -> tuple[Figure, list]:
-    fig = Figure(figsize=(SUBPLOT_W * max(n, 1), SUBPLOT_H), layout="constrained")
+    fig = Figure(figsize=(SUBPLOT_W * max(n, 1) + LEGEND_W, SUBPLOT_H), layout="constrained")
     axes = fig.subplots(1, max(n, 1), squeeze=False)[0]
     fig.suptitle(f"{title}\n{_timing_label(results)}", fontsize=10)
     return fig, list(axes)
@@ -80,9 +82,18 @@ def latency_vs_context(results: dict) -> Figure:
         ax.set_ylabel("time per call (ms)")
         ax.set_title(head)
         ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, ncol=2)
+    _legend_outside(fig, axes)
     return fig
+
+
+def _legend_outside(fig: Figure, axes: list) -> None:
+    """One legend for the figure, right of its panels (the panels share their labels)."""
+    entries: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if entries:
+        fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7)
 
 
 def bandwidth_vs_block_size(results: dict) -> Figure:
@@ -110,8 +121,7 @@ def bandwidth_vs_block_size(results: dict) -> Figure:
         ax.set_ylabel("achieved bandwidth (GB/s)")
         ax.set_title(f"{head}, context {context}")
         ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+    _legend_outside(fig, axes)
     return fig
 
 
@@ -136,11 +146,30 @@ def ratio_vs_block_size(results: dict) -> Figure:
         ax.set_ylabel("paged time / contiguous time (ratio)")
         ax.set_title(head)
         ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6, ncol=2)
+    _legend_outside(fig, axes)
     return fig
 
 
-def kernel_figures(results: dict) -> list[Figure]:
-    """Latency vs context, bandwidth vs block size, paged/contiguous ratio vs block size."""
-    return [latency_vs_context(results), bandwidth_vs_block_size(results), ratio_vs_block_size(results)]
+def kernel_figures(results: dict) -> list[tuple[Figure, str]]:
+    """Latency vs context, bandwidth vs block size, paged/contiguous ratio vs block size,
+    each with its caption (which says what was timed: the Triton kernels on a GPU, torch's
+    reference paths on a CPU)."""
+    timed = _what_was_timed(results)
+    return [
+        (latency_vs_context(results), f"Decode attention time per call against context length. "
+         f"{timed} SDPA is torch's scaled_dot_product_attention on the contiguous cache."),
+        (bandwidth_vs_block_size(results), "Bytes of K and V the paged path must read, per second, "
+         f"against block size at the longest context; dashed: the contiguous path, dotted: the "
+         f"device's copy bandwidth measured in the same run. {timed}"),
+        (ratio_vs_block_size(results), "Paged time over contiguous time against block size, one "
+         f"line per batch and context: above 1 is what the block table costs. {timed}"),
+    ]
+
+
+def _what_was_timed(results: dict) -> str:
+    if results.get("timings") == "cpu":
+        return ("On this CPU, paged and contiguous are torch's reference paths (gather through "
+                "the block table, then dense attention; the same attention over the contiguous "
+                "cache), not the Triton kernels: the timings say nothing about the GPU kernel.")
+    return ("Paged and contiguous are the Triton decode kernels, the same kernel with and without "
+            "the block-table indirection.")

@@ -33,7 +33,8 @@ def waste_pct(summary: dict) -> float | None:
     idle = _get(summary, "memory", "idle_pct")
     if token_states is None or idle is None or idle >= 100.0 - 1e-9:
         return None
-    return max(0.0, 100.0 * (1.0 - token_states / (100.0 - idle)))
+    # rounded as results.json rounds the percentages it is made of (4 decimals)
+    return round(max(0.0, 100.0 * (1.0 - token_states / (100.0 - idle))), 4)
 
 
 def energy_per_token_j(summary: dict) -> float | None:

@@ -383,24 +383,29 @@ def causes_list(rows: list[dict], spec: dict, scale: float = 1.0) -> str:
 
 
 def _setup_text(study: dict) -> str:
+    """The study's setup and timing lines. Every value is escaped (``fmt`` escapes text): a
+    received study.json may hold anything in any field."""
     setup, params = study.get("setup", {}), study.get("params", {})
     engine = setup.get("engine", {})
     model, hw = setup.get("model", {}), setup.get("hardware", {})
     bits = [f"model <b>{esc(model.get('name'))}</b>", f"hardware <b>{esc(hw.get('name'))}</b>",
             f"KV capacity <b>{fmt(engine.get('kv_capacity_slots'))}</b> slots",
             f"max length {fmt(engine.get('max_model_len'))}",
-            f"max_num_seqs {engine.get('max_num_seqs')}, max_num_batched_tokens "
-            f"{engine.get('max_num_batched_tokens')}", f"preemption {engine.get('preemption')}",
-            f"block size {setup.get('block_size')} (vLLM)", f"executor {engine.get('executor')}",
-            f"seed {setup.get('seed')}"]
+            f"max_num_seqs {fmt(engine.get('max_num_seqs'))}, max_num_batched_tokens "
+            f"{fmt(engine.get('max_num_batched_tokens'))}",
+            f"preemption {fmt(engine.get('preemption'))}",
+            f"block size {fmt(setup.get('block_size'))} (vLLM)",
+            f"executor {fmt(engine.get('executor'))}", f"seed {esc(setup.get('seed'))}"]
     shown = {k: v for k, v in params.items()
              if k not in ("name", "figure", "workers", "systems", "min_requests")}
     timing = study.get("timing", {})
+    jobs = study.get("jobs")
     return ("<p class='meta'>" + "; ".join(bits) + "</p>"
             + f"<p class='meta'>Study parameters: <code>{esc(json.dumps(shown))}</code></p>"
-            + f"<p class='meta'>{len(study.get('jobs', []))} runs; wall {fmt(timing.get('wall_time_s'))} s "
-              f"on {timing.get('workers')} worker(s) ({fmt(timing.get('jobs_cpu_time_s'))} CPU-s in the "
-              f"runs; load average {timing.get('load_average_1m')}); "
+            + f"<p class='meta'>{fmt(len(jobs) if isinstance(jobs, list) else 0)} runs; wall "
+              f"{fmt(timing.get('wall_time_s'))} s on {fmt(timing.get('workers'))} worker(s) "
+              f"({fmt(timing.get('jobs_cpu_time_s'))} CPU-s in the runs; load average "
+              f"{fmt(timing.get('load_average_1m'))}); "
               f"{'complete' if study.get('complete') else 'INCOMPLETE'}.</p>")
 
 

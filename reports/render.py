@@ -16,11 +16,13 @@ from harness.fileio import atomic_write_text
 from reports import figures as F
 from reports.claims import FAILS, HOLDS, evaluate_claims
 from reports.figure_batch import PendingFigure, resolve
-from reports.html import absent, esc, fmt, page, table
+from reports.headline import headline_sentence, load_parts
+from reports.html import Raw, absent, esc, fmt, page, table
 from reports.metrics import energy_per_token_j, waste_pct
 from reports.rundata import RunData, load_run
 from reports.telemetry import telemetry_figure
 
+NAV = "<nav></nav>"
 SECTIONS = [("summary", "Summary"), ("memory", "Memory"), ("serving", "Serving"),
             ("kernels", "Kernels"), ("telemetry", "GPU telemetry"),
             ("claims", "Theory and claims"), ("workload", "Workload and run")]
@@ -77,35 +79,6 @@ def latency_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
     return header, rows
 
 
-def _headline_sentence(systems: dict[str, dict]) -> str | None:
-    """What paging bought on this workload, in one sentence (paged vs the best contiguous)."""
-    paged = {n: s for n, s in systems.items() if s.get("allocator", {}).get("kind") == "paged"}
-    contiguous = {n: s for n, s in systems.items()
-                  if s.get("allocator", {}).get("kind") == "contiguous"}
-    if not paged or not contiguous:
-        return None
-    if len({s["requests"]["rejected"] for s in systems.values()}) > 1:
-        return None  # they served different requests (the warnings say which): no comparison
-
-    def best(group: dict[str, dict]) -> str:  # highest throughput, then least waste
-        return max(group, key=lambda n: (group[n]["throughput"]["requests_per_s"] or 0.0,
-                                         -(waste_pct(group[n]) or 0.0)))
-
-    p_name, c_name = best(paged), best(contiguous)
-    p, c = paged[p_name], contiguous[c_name]
-
-    def ratio(a, b):
-        return f"{a / b:.2f}×" if a and b else "–"
-
-    return (f"On this workload <b>{esc(p_name)}</b> left {fmt(waste_pct(p), 1)}% of the KV memory "
-            f"it used without token states vs {fmt(waste_pct(c), 1)}% for the best contiguous "
-            f"system (<b>{esc(c_name)}</b>), ran a mean batch of {fmt(p['batch']['mean_seqs'], 1)} "
-            f"vs {fmt(c['batch']['mean_seqs'], 1)} sequences "
-            f"({ratio(p['batch']['mean_seqs'], c['batch']['mean_seqs'])}) and served "
-            f"{ratio(p['throughput']['requests_per_s'], c['throughput']['requests_per_s'])} "
-            "the requests per second.")
-
-
 def _name(node) -> str | None:
     return node.get("name") if isinstance(node, dict) else node
 
@@ -136,8 +109,7 @@ def _header(run: RunData) -> list[str]:
                       if value not in (None, ""))
     title = f"pagebench report: {workload or 'kernels'}"
     parts = [f"<h1>{esc(title)}</h1>", f"<p class='meta' id='run-meta'>{meta}</p>"]
-    parts.append("<nav>" + "".join(f"<a href='#{sid}'>{esc(label)}</a>" for sid, label in SECTIONS)
-                 + "</nav>")
+    parts.append(NAV)  # replaced by the links to the sections the report has
     if r and not r.get("complete", True):
         parts.append("<p class='note'>This run is incomplete "
                      f"({esc(r.get('stop_reason', 'stopped early'))}): figures cover what "
@@ -176,21 +148,37 @@ def _memory_section(run: RunData, colors: dict[str, str]) -> list[str | PendingF
             lambda: _usage_over_time(steps, scale, colors),
             "block-level vs token-level usage over time",
             "Allocated slots (block level) over slots holding a token's KV (token level); the "
-            "band between them is allocated memory without token state."))
+            "band between them is allocated memory without token state. Each panel draws its "
+            "band and block-level line in its system's colour (the legend's grey)."))
     else:
         parts.append(absent("Per-step timelines (no steps_<system> tables)"))
     parts.append(PendingFigure(lambda: F.panel_bars(systems, [
         ("block-level usage (% of pool)", lambda s: s["memory"].get("block_level_usage_pct")),
         ("token-level usage (% of pool)", lambda s: s["memory"].get("token_level_usage_pct")),
-        ("sharing savings (% of logical)", lambda s: s["memory"].get("sharing_savings_pct")),
-        ("prefix-cache hit rate (%)",
-         lambda s: 100.0 * ((s.get("prefix_cache") or {}).get("hit_rate") or 0.0)),
+        ("sharing savings (% of logical)", _sharing_savings),
+        ("prefix-cache hit rate (%)", _prefix_hit_rate),
     ], "Usage, sharing and prefix caching (time-averaged)", colors),
         "usage, sharing savings and prefix-cache hit rate per system",
         "Sharing savings = 1 - physical / logical token slots (a shared slot counted once per "
         "sharer); the hit rate counts prompt tokens served from the prefix cache, re-admissions "
-        "after a preemption included."))
+        "after a preemption included. n/a: the system cannot share blocks (contiguous) or has "
+        "no prefix cache."))
     return parts
+
+
+def _sharing_savings(summary: dict) -> float | None:
+    """None (n/a) for a contiguous system: it never shares a slot."""
+    if summary.get("allocator", {}).get("kind") == "contiguous":
+        return None
+    return summary["memory"].get("sharing_savings_pct")
+
+
+def _prefix_hit_rate(summary: dict) -> float | None:
+    """In %; None (n/a) for a system without a prefix cache."""
+    hit_rate = (summary.get("prefix_cache") or {}).get("hit_rate")
+    if not summary.get("allocator", {}).get("prefix_caching") or hit_rate is None:
+        return None
+    return 100.0 * hit_rate
 
 
 def _usage_over_time(steps, scale, colors):
@@ -211,7 +199,13 @@ def _usage_over_time(steps, scale, colors):
         ax.set_ylim(0, 100)
         ax.set_ylabel("% of pool")
         ax.set_title(name, fontsize=9, loc="left")
-    F._legend_right(axes[0, 0])
+    # the legend's keys in neutral grey: each panel draws its band and line in its system's colour
+    axes[0, 0].figure.legend(
+        [F.plt.Rectangle((0, 0), 1, 1, color="#888", alpha=0.3, linewidth=0),
+         F.plt.Line2D([], [], color="#888", linewidth=0.9),
+         F.plt.Line2D([], [], color="black", linewidth=0.7)],
+        ["allocated, no token state (band)", "block-level (allocated)",
+         "token-level (token states)"], loc="outside right upper", fontsize=8, frameon=False)
     axes[-1, 0].set_xlabel("time (s)")
     fig.suptitle("Block-level vs token-level usage")
     return fig
@@ -310,11 +304,9 @@ def _kernel_section(run: RunData) -> list[str | PendingFigure]:
         figs = []
         parts.append("<p class='note'>The kernel figures could not be drawn (see the render "
                      "log); the kernel results are listed below.</p>")
-    for i, fig in enumerate(figs):
-        parts.append(PendingFigure(
-            lambda fig=fig: fig, f"kernel figure {i + 1}",
-            "Decode attention with and without the block table (same Triton kernel) and the "
-            "reference paths; the table below has the numbers."))
+    for i, (fig, caption) in enumerate(figs):
+        parts.append(PendingFigure(lambda fig=fig: fig, f"kernel figure {i + 1}",
+                                   caption + " The table below has the numbers."))
     summary = run.kernel_results.get("summary")
     if isinstance(summary, dict) and summary and all(isinstance(v, dict) for v in summary.values()):
         rows = []
@@ -334,6 +326,19 @@ def _kernel_section(run: RunData) -> list[str | PendingFigure]:
         parts.append(table(["field", "value"], scalars, text_columns=(0, 1), digits=4,
                            css_id="kernel-table"))
     return parts
+
+
+def _kernel_summary(kernel: dict) -> str:
+    """The summary of a kernels-only run: what was timed, and paged / contiguous per head."""
+    from harness.summary import kernel_summary_lines
+
+    lines = kernel_summary_lines(kernel)
+    items = "".join(f"<li>{esc(line.strip())}</li>" for line in lines[1:])
+    what = ("on a CPU, torch's reference paths (not the Triton kernels)"
+            if kernel.get("timings") == "cpu" else "the Triton decode kernels on a GPU")
+    return (f"<p id='kernel-summary'>A kernels-only run (no serving run): it timed decode "
+            f"attention through the block table and without it, {esc(what)}.</p>"
+            + (f"<ul>{items}</ul>" if items else ""))
 
 
 def _telemetry_section(run: RunData, colors: dict[str, str]) -> list[str | PendingFigure]:
@@ -397,13 +402,15 @@ def _workload_section(run: RunData) -> list[str]:
     rows = []
     for key, value in workload.items():
         if isinstance(value, dict) and all(not isinstance(v, (dict, list)) for v in value.values()):
-            value = ", ".join(f"{k}={fmt(v)}" for k, v in value.items())
+            value = Raw(", ".join(f"{esc(k)}={fmt(v)}" for k, v in value.items()))  # escaped once
         elif isinstance(value, (dict, list)):
             continue
         rows.append([key, value])
     if rows:
         parts.append(table(["workload field", "value"], rows, text_columns=(0, 1),
                            css_id="workload-table"))
+    elif not run.results:
+        return []  # a kernels-only run: its run details are in the Kernels section
     info = run.run_info
     info_rows = [[k, v] for k, v in info.items() if not isinstance(v, (dict, list))]
     for name, sys_info in (info.get("systems") or {}).items():
@@ -420,21 +427,26 @@ def render_run_report(run_dir: Path) -> Path:
     systems = run.systems
     colors = F.system_colors(list(systems))
     parts = _header(run)
+    parts += load_parts(run.results or {})
     parts.append("<h2 id='summary'>Summary</h2>")
     if systems:
-        sentence = _headline_sentence(systems)
+        sentence = headline_sentence(systems)
         if sentence:
             parts.append(f"<p id='headline'>{sentence}</p>")
         header, rows = summary_rows(systems)
         parts.append(table(header, rows, text_columns=(0, 1), css_id="summary-table"))
-    else:
-        parts.append(absent("Serving (this is a kernels-only run)"))
-    parts += _memory_section(run, colors)
-    parts += _serving_section(run, colors)
+        parts += _memory_section(run, colors)
+        parts += _serving_section(run, colors)
+    else:  # a kernels-only run: what it measured first, then its figures
+        parts.append(_kernel_summary(run.kernel_results or {}))
     parts += _kernel_section(run)
     parts += _telemetry_section(run, colors)
     parts += _claims_section(run)
     parts += _workload_section(run)
+    present = [(sid, label) for sid, label in SECTIONS
+               if any(isinstance(p, str) and p.startswith(f"<h2 id='{sid}'>") for p in parts)]
+    parts[parts.index(NAV)] = ("<nav>" + "".join(f"<a href='#{sid}'>{esc(label)}</a>"
+                                                 for sid, label in present) + "</nav>")
     out = Path(run_dir) / "report.html"
     atomic_write_text(out, page("pagebench report", resolve(parts)))
     return out

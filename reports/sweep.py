@@ -313,12 +313,13 @@ def sweep_figure(frame: pd.DataFrame, x_key: str, others: list[str], metrics: li
                         edgecolors="#d62728", linewidths=1.4, zorder=3, label=STOPPED_LABEL))
         ax.set_ylabel(label, fontsize=8)
         ax.set_xlabel(x_key, fontsize=8)
-        if log_x:
-            ax.set_xscale("log", base=2 if pow2 else 10)
-            if pow2:
-                ax.set_xticks(x_values, [str(int(v)) for v in x_values], fontsize=7)
-                ax.minorticks_off()
-        elif not numeric:
+        if numeric:  # ticks at the swept values themselves, on a linear or a log axis
+            if log_x:
+                ax.set_xscale("log", base=2 if pow2 else 10)
+            ax.set_xticks([float(v) for v in x_values], [f"{v:g}" for v in x_values], fontsize=7,
+                          rotation=0 if len(x_values) <= 8 else 45)
+            ax.minorticks_off()
+        else:
             ax.set_xticks(range(len(x_values)), [str(v) for v in x_values], fontsize=7,
                           rotation=20)
         ax.tick_params(labelsize=7)

@@ -1,4 +1,4 @@
-"""The theory the harness checks against its own measurements (GUIDE section 3)."""
+"""The theory the harness checks against its own measurements (docs/memory.md)."""
 
 import numpy as np
 import pytest

@@ -29,6 +29,11 @@ def test_default_command_writes_every_output(default_run):
         requests = pd.read_csv(out / f"requests_{system}.csv")
         assert len(steps) > 0 and len(requests) == results["workload"]["num_requests"]
     assert "steps/s" in proc.stderr and "wall time" in proc.stderr
+    # the end-of-run summary (harness.summary): a line per system, then where the files are
+    summary = proc.stderr[proc.stderr.index("\nsummary:\n"):]
+    assert [line.split()[0] for line in summary.splitlines()[3:7]] == list(results["systems"])
+    assert f"results.json: {out / 'results.json'}" in summary
+    assert f"report.html: {out / 'report.html'}" in summary
 
 
 def test_default_command_breakdown_is_complete_and_paged_packs_more(default_run):

@@ -86,15 +86,23 @@ def test_cpu_benchmark_writes_valid_json_csv_and_markdown(tiny_results):
 
 def test_kernel_figures_have_labelled_axes_and_legends(tiny_results):
     results, _ = tiny_results
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     figures = kernel_figures(results)
-    assert len(figures) == 3 and all(isinstance(f, Figure) for f in figures)
-    for fig in figures:
+    assert len(figures) == 3 and all(isinstance(f, Figure) for f, _ in figures)
+    for fig, caption in figures:
         assert len(fig.axes) == 2  # one per head config
         for ax in fig.axes:
             assert ax.get_xlabel() and ax.get_ylabel()
             assert "(" in ax.get_ylabel()  # units
-            assert ax.get_legend() is not None
         assert "CPU timings" in fig.get_suptitle()
+        # one legend for the figure, beside its panels: it covers no line
+        FigureCanvasAgg(fig).draw()
+        assert len(fig.legends) == 1
+        legend = fig.legends[0].get_window_extent()
+        assert not any(legend.overlaps(ax.get_window_extent()) for ax in fig.axes)
+        # the CPU timed torch's reference paths, not the Triton kernel: the caption says so
+        assert "torch's reference paths" in caption and "not the Triton kernels" in caption
 
 
 def test_kernel_figures_tolerate_missing_values():
@@ -156,3 +164,4 @@ def test_sizes_set_through_hydra_win_over_the_cpu_defaults_too(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = _strict_json(tmp_path / "kernel_results.json")
     assert [(r["batch"], r["context_len"], r["block_size"]) for r in results["rows"]] == [(2, 32, 8)]
+    assert f"kernel_results.json: {tmp_path / 'kernel_results.json'}" in proc.stderr  # the summary

@@ -3,7 +3,9 @@
 Loads report.html from a real small run with no network, checks there are no console
 errors, that every figure has a non-zero rendered size and that the tables hold the
 run's numbers, and saves a full-page screenshot beside the report (its path is printed;
-set PAGEBENCH_SCREENSHOT_DIR to keep a copy). Skips when chromium or playwright is
+set PAGEBENCH_SCREENSHOT_DIR to keep a copy); then renders hostile strings (markup in
+every field of a received results.json, run_info.json, kernel_results.json, sweep job and
+study.json) in every report kind and checks that no script runs. Skips when chromium or playwright is
 missing; Playwright never downloads a browser here (``executable_path`` is given).
 """
 
@@ -79,3 +81,126 @@ def test_report_renders_in_headless_chromium(browser_page, tmp_path):
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(keep) / "report.png")
     print(f"screenshot: {shot}")
+
+
+# --------------------------------------------------------------------------- hostile input
+# A received result file may hold markup in any field: every report kind must show it as
+# text. Each piece tries another way to run script (a tag, an event handler, a broken
+# attribute quote); any of them running sets window.__pwned.
+PAYLOAD = ("<script>window.__pwned=1</script><img src=x onerror=\"window.__pwned=2\">"
+           "'\"><svg onload=window.__pwned=3></svg>")
+KEEP = {"kind", "policy", "status", "arena", "timings", "schema", "study"}  # what picks the code path
+
+
+def poisoned(node, key: str = ""):
+    """``node`` with PAYLOAD appended to every string (and set as a key of every mapping of
+    strings), except the few fields that choose what the report draws."""
+    if isinstance(node, dict):
+        out = {k: poisoned(v, k) for k, v in node.items()}
+        if node and all(isinstance(v, (str, int)) for v in node.values()) and key != "systems":
+            out[PAYLOAD] = PAYLOAD
+        return out
+    if isinstance(node, list):
+        return [poisoned(v, key) for v in node]
+    if isinstance(node, str) and key not in KEEP:
+        return node + PAYLOAD
+    return node
+
+
+def hostile_run(root: Path, run_dir: Path) -> Path:
+    """A copy of a real run whose results.json and run_info.json carry PAYLOAD everywhere."""
+    shutil.copytree(run_dir, root)
+    for name in ("results.json", "run_info.json"):
+        data = poisoned(json.loads((root / name).read_text()))
+        if name == "results.json":
+            data["warnings"] = [PAYLOAD]
+            data["complete"], data["stop_reason"] = False, PAYLOAD
+        (root / name).write_text(json.dumps(data))
+    (root / "report.html").unlink(missing_ok=True)
+    return root
+
+
+def hostile_kernels(root: Path) -> Path:
+    from test_report import kernel_results
+
+    root.mkdir()
+    data = poisoned(kernel_results())
+    data["note"] = PAYLOAD
+    (root / "kernel_results.json").write_text(json.dumps(data))
+    return root
+
+
+def hostile_sweep(root: Path, run_dir: Path) -> Path:
+    import yaml
+
+    root.mkdir()
+    (root / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": [
+        "block_size=8,16"]}}, "experiment": {"focus": [PAYLOAD]}}))
+    for num, block in enumerate((8, 16)):
+        job = hostile_run(root / str(num), run_dir)
+        (job / ".hydra").mkdir(exist_ok=True)
+        (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
+            [f"block_size={block}", f"workload.name={PAYLOAD}"]))
+    (root / "2" / ".hydra").mkdir(parents=True)
+    (root / "2" / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"x={PAYLOAD}"]))
+    (root / "2" / "job_failed.txt").write_text(PAYLOAD + "\n")
+    return root
+
+
+def hostile_study(root: Path) -> Path:
+    root.mkdir()
+    study = {"study": "vllm_fig15", "kind": "study", "complete": False, "jobs": [],
+             "params": {"systems": {"vllm": "paged_noprefix"},
+                        "widths": {"parallel": [2], "beam": [2]}, "note": PAYLOAD},
+             "measured": {"parallel.2": 6.0, "beam.2": 80.0},
+             "setup": {"model": {"name": PAYLOAD}, "hardware": {"name": PAYLOAD},
+                       "block_size": PAYLOAD, "seed": PAYLOAD,
+                       "engine": {key: PAYLOAD for key in (
+                           "kv_capacity_slots", "max_model_len", "max_num_seqs",
+                           "max_num_batched_tokens", "preemption", "executor")}},
+             "timing": {key: PAYLOAD for key in ("wall_time_s", "jobs_cpu_time_s", "workers",
+                                                 "load_average_1m")},
+             "details": {PAYLOAD: {PAYLOAD: PAYLOAD}},
+             "created": PAYLOAD, "pagebench_version": PAYLOAD, "host": {"node": PAYLOAD}}
+    (root / "study.json").write_text(json.dumps(study))
+    return root
+
+
+def test_hostile_strings_in_every_report_kind_stay_text(browser_page, tmp_path):
+    from reports.__main__ import main as render_reports
+
+    run_dir = small_run(tmp_path / "run", "systems=[paged,oracle]", "workload.num_requests=16")
+    pages = {"run": hostile_run(tmp_path / "hostile_run", run_dir) / "report.html",
+             "kernels": hostile_kernels(tmp_path / "kernels") / "report.html",
+             "sweep": hostile_sweep(tmp_path / "sweep", run_dir) / "sweep_report.html",
+             "study": hostile_study(tmp_path / "study") / "report.html"}
+    for kind, path in pages.items():
+        assert render_reports([str(path.parent)]) == 0, kind
+    page = browser_page
+    for kind, path in pages.items():
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_timeout(100)
+        state = page.evaluate("""() => ({
+            pwned: window.__pwned === undefined ? null : window.__pwned,
+            scripts: document.querySelectorAll('script, svg').length,
+            handlers: Array.from(document.querySelectorAll('*')).flatMap(el =>
+                Array.from(el.attributes).map(a => a.name).filter(n => n.startsWith('on'))),
+            shown: document.body.innerText.split('<script>window.__pwned=1</script>').length - 1})""")
+        assert (kind, state["pwned"], state["scripts"], state["handlers"], errors) == \
+            (kind, None, 0, [], []), state
+        assert state["shown"] >= 3, (kind, state)  # the payload was rendered, as text
+
+
+def test_the_sweep_table_fits_the_page(browser_page, tmp_path):
+    from reports.sweep import render_sweep_report
+    from test_sweep import fake_sweep
+
+    run_dir = small_run(tmp_path / "run", "systems=[paged,oracle]", "workload.num_requests=16")
+    report = render_sweep_report(fake_sweep(tmp_path, run_dir))
+    browser_page.goto(report.as_uri(), wait_until="load")
+    table_width, page_width = browser_page.evaluate("""() => {
+        const table = document.querySelector('#sweep-table');
+        return [table.scrollWidth, table.parentElement.clientWidth]; }""")
+    assert table_width <= page_width  # every metric's column is on the page, no scrolling

@@ -1,0 +1,30 @@
+"""Claims of the form "at least": more than the article measured bears the claim out."""
+
+from __future__ import annotations
+
+from reports.claims import FAILS, HOLDS, evaluate_claims
+from reports.rundata import RunData
+
+
+def run_with_contiguous_waste(token_states_pct: float) -> RunData:
+    """A run whose one contiguous system used all of its pool, ``token_states_pct`` of it
+    holding token states (waste = 100 - token_states_pct)."""
+    system = {"allocator": {"kind": "contiguous", "policy": "oracle"}, "steps": 10,
+              "memory": {"token_states_pct": token_states_pct, "idle_pct": 0.0}}
+    return RunData(run_dir=None, results={"systems": {"oracle": system}})
+
+
+def verdict(token_states_pct: float) -> tuple[str, str]:
+    rows = [r for r in evaluate_claims(run_with_contiguous_waste(token_states_pct))
+            if r.claim_id == "contiguous_waste"]
+    assert len(rows) == 1
+    return rows[0].expected, rows[0].verdict
+
+
+def test_contiguous_waste_above_the_articles_range_holds_the_claim():
+    assert verdict(10.0) == ("≥ 60", HOLDS)   # 90% waste: more than the article's 60-80%
+    assert verdict(30.0) == ("≥ 60", HOLDS)   # 70%: inside it
+
+
+def test_contiguous_waste_below_the_claim_does_not_hold():
+    assert verdict(55.0) == ("≥ 60", FAILS)   # 45% waste
