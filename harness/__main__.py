@@ -30,7 +30,7 @@ from harness.errors import ConfigError, PagebenchError
 from harness.rejections import SERVED_NOTHING
 from harness.fileio import atomic_write_text
 from harness.results import config_hash, existing_complete_results, set_aside_previous_run
-from harness.summary import print_run_summary
+from reports.summary import print_run_summary
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 

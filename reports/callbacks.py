@@ -124,7 +124,7 @@ class SweepReportCallback(Callback):
         if self.enabled and sweep_dir is not None:
             self._render(sweep_dir)
         if self.progress and sweep_dir is not None and sweep_dir.is_dir():
-            from harness.summary import print_sweep_summary
+            from reports.summary import print_sweep_summary
             from reports.sweep import collect_jobs
 
             print_sweep_summary(sweep_dir, collect_jobs(sweep_dir))

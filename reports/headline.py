@@ -9,8 +9,8 @@ from reports.metrics import waste_pct
 
 
 def load_parts(results: dict) -> list[str]:
-    """The offered load, and a plain note when queueing dominates latency (harness.summary)."""
-    from harness.summary import load_figures, overload_lines
+    """The offered load, and a plain note when queueing dominates latency (reports.summary)."""
+    from reports.summary import load_figures, overload_lines
 
     workload = results.get("workload") or {}
     offered, span = workload.get("mean_rate_rps"), workload.get("arrival_span_s")

@@ -330,7 +330,7 @@ def _kernel_section(run: RunData) -> list[str | PendingFigure]:
 
 def _kernel_summary(kernel: dict) -> str:
     """The summary of a kernels-only run: what was timed, and paged / contiguous per head."""
-    from harness.summary import kernel_summary_lines
+    from reports.summary import kernel_summary_lines
 
     lines = kernel_summary_lines(kernel)
     items = "".join(f"<li>{esc(line.strip())}</li>" for line in lines[1:])

@@ -29,7 +29,7 @@ def test_default_command_writes_every_output(default_run):
         requests = pd.read_csv(out / f"requests_{system}.csv")
         assert len(steps) > 0 and len(requests) == results["workload"]["num_requests"]
     assert "steps/s" in proc.stderr and "wall time" in proc.stderr
-    # the end-of-run summary (harness.summary): a line per system, then where the files are
+    # the end-of-run summary (reports.summary): a line per system, then where the files are
     summary = proc.stderr[proc.stderr.index("\nsummary:\n"):]
     assert [line.split()[0] for line in summary.splitlines()[3:7]] == list(results["systems"])
     assert f"results.json: {out / 'results.json'}" in summary

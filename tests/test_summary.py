@@ -1,4 +1,4 @@
-"""The end-of-run console summary and the overload signal (harness.summary)."""
+"""The end-of-run console summary and the overload signal (reports.summary)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 import json
 from pathlib import Path
 
-from harness.summary import overload_lines, print_run_summary, print_sweep_summary
+from reports.summary import overload_lines, print_run_summary, print_sweep_summary
 from reports.headline import load_parts
 
 
