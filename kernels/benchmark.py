@@ -46,7 +46,8 @@ from harness.errors import ConfigError
 from kernels.bench_results import check_targets, markdown_table, summarize, write_results
 from kernels.bench_spec import DTYPES, HeadConfig, KernelBenchSpec, _plain, load_spec
 from kernels.contiguous_decode import contiguous_decode_attention
-from kernels.paged_decode import launch_plan, paged_decode_attention
+from kernels.decode_plan import launch_plan
+from kernels.paged_decode import last_kernel_config, paged_decode_attention
 from kernels.reference import paged_decode_attention_reference
 
 __all__ = ["HeadConfig", "KernelBenchSpec", "check_targets", "load_spec", "main", "markdown_table",
