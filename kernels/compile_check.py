@@ -34,10 +34,10 @@ import torch
 import triton
 
 from kernels import _runtime as rt
-from kernels import cache_write, paged_decode
+from kernels import bandwidth, cache_write, paged_decode
 from kernels.decode_plan import DECODE_CONFIGS, resident_ctas_per_sm
 
-KERNEL_MODULES = (paged_decode, cache_write)
+KERNEL_MODULES = (paged_decode, cache_write, bandwidth)
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,13 @@ def _cache_case() -> object:
     cache_write.copy_blocks(cache, [(0, 1)])
 
 
+def _read_probe_case() -> None:
+    src = torch.empty(1 << 20, dtype=torch.float16)
+    out = torch.empty(16, dtype=torch.float32)
+    bandwidth._read_kernel[(16,)](src, out, src.numel(), BLOCK=bandwidth.READ_BLOCK, ITERS=bandwidth.READ_ITERS,
+                                  num_warps=8)
+
+
 CASES: dict[str, Callable[[], object]] = {
     "mha-13b-bs16": _decode_case(num_heads=40, num_kv_heads=40),
     "gqa-8b-bs16": _decode_case(),
@@ -180,6 +187,7 @@ CASES: dict[str, Callable[[], object]] = {
     "d256-mqa": _decode_case(num_heads=16, num_kv_heads=1, head_dim=256),
     "fp32-gqa": _decode_case(dtype=torch.float32),
     "cache-write-and-copy": _cache_case,
+    "read-bandwidth-probe": _read_probe_case,
     # the other autotuning configs (the first is the default, compiled by every case above)
     **{f"mha-13b-bs16-tile{c.tile_n}-w{c.num_warps}-s{c.num_stages}":
        _decode_case(num_heads=40, num_kv_heads=40, tile_size=c.tile_n, num_warps=c.num_warps,

@@ -131,11 +131,13 @@ def launch_plan(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: int,
 
 
 def prune_configs(configs, named_args, **kwargs):
-    """Autotuner hook: drop configs whose K/V pipeline buffers would not fit in shared memory."""
+    """Autotuner hook: drop configs whose K/V pipeline buffers would not fit in shared memory
+    (``num_stages - 1`` K and V tiles in flight: compile_check's shared-memory figures)."""
     elt = named_args["q_ptr"].element_size()
     d = kwargs.get("HEAD_DIM_PAD", named_args.get("HEAD_DIM_PAD"))
-    kept = [c for c in configs if c.num_stages * 2 * c.kwargs["TILE_N"] * d * elt <= MAX_PIPELINE_BYTES]
-    return kept or [configs[0]]
+    kept = [c for c in configs
+            if max(1, c.num_stages - 1) * 2 * c.kwargs["TILE_N"] * d * elt <= MAX_PIPELINE_BYTES]
+    return kept or [triton.Config({"TILE_N": 16}, num_warps=4, num_stages=2)]  # fp32 at head_dim 256
 
 
 def autotuned(kernel):

@@ -469,19 +469,34 @@ def test_contiguous_decode_rejects_out_of_range_slots():
 @pytest.mark.parametrize("block_size", [1, 8, 16, 32, 128, 256])
 @pytest.mark.parametrize("heads", [(40, 40, 128), (32, 8, 128), (32, 4, 80), (16, 1, 256)])
 def test_gpu_real_sizes_with_heuristic_splits(request, block_size, heads):
-    """Llama-like head configs, ragged contexts up to 5k, the heuristic picks the split."""
+    """Llama-like head configs, ragged contexts up to 5k, the heuristic picks the split (the
+    default config, fixed with num_warps=4: autotuning all 24 shapes would not fit the stage)."""
     seed = seed_of(request)
     num_heads, kv_heads, head_dim = heads
     lens = [1, block_size + 1, 777, 4099, 5000]
     case = make_case(seed, lens, num_heads=num_heads, num_kv_heads=kv_heads, head_dim=head_dim,
                      block_size=block_size, dtype=F16)
     out = paged_decode_attention(case.q, case.k_paged, case.v_paged, case.block_tables, case.context_lens,
-                                 out=case.poisoned_out())
+                                 num_warps=4, out=case.poisoned_out())
     assert_matches(out, case.reference(), F16, seed)
     contig = contiguous_decode_attention(case.q, case.k_contig, case.v_contig, case.seq_starts,
                                          case.context_lens, max_context_len=block_size * case.block_tables.shape[1],
-                                         out=case.poisoned_out())
+                                         num_warps=4, out=case.poisoned_out())
     assert_matches(contig, case.reference(), F16, seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("heads", [(40, 40, 128), (32, 8, 128)])
+def test_gpu_autotuned_kernel_matches_reference_and_says_which_config_ran(request, heads):
+    seed = seed_of(request)
+    num_heads, kv_heads, head_dim = heads
+    case = make_case(seed, [1, 17, 4099, 5000], num_heads=num_heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                     block_size=16, dtype=F16)
+    out = paged_decode_attention(case.q, case.k_paged, case.v_paged, case.block_tables, case.context_lens,
+                                 out=case.poisoned_out())
+    assert_matches(out, case.reference(), F16, seed)
+    assert last_kernel_config() in [c.as_dict() for c in DECODE_CONFIGS]
 
 
 @pytest.mark.gpu
