@@ -40,11 +40,16 @@ def _tile_block_ids(table_row, tile, used_blocks, TILE_N: tl.constexpr, BLOCK_SI
 
 
 @triton.jit
-def _tile_rows(ids, tile, stride_b, stride_t, TILE_N: tl.constexpr, BLOCK_SIZE: tl.constexpr):
-    """[TILE_N] element offsets of a tile's tokens from their block ids (broadcast per block)."""
+def _tile_rows(ids, tile, stride_b, stride_t, TILE_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+               ROW_ALIGN: tl.constexpr):
+    """[TILE_N] element offsets of a tile's tokens from their block ids (broadcast per block).
+
+    NOTE: Triton 3.6's alignment analysis forgets what it knew of a tensor it reshapes;
+    without ``multiple_of`` (every row offset is a multiple of ROW_ALIGN elements, the gcd
+    of the strides, computed on the host) K/V would move in 2-byte loads, unpipelined."""
     if BLOCK_SIZE < TILE_N:
         rows = ids[:, None] * stride_b + tl.arange(0, BLOCK_SIZE)[None, :] * stride_t  # [blocks, BLOCK_SIZE]
-        rows = tl.reshape(rows, [TILE_N])
+        rows = tl.multiple_of(tl.reshape(rows, [TILE_N]), ROW_ALIGN)
     else:
         rows = ids * stride_b + ((tile * TILE_N) % BLOCK_SIZE + tl.arange(0, TILE_N)) * stride_t
     return rows
@@ -106,6 +111,7 @@ def _decode_kernel(
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, TILE_N: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr, USE_WINDOW: tl.constexpr,
     USE_ALIBI: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,  # every paged row offset is a multiple of this (gcd of the strides)
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_CHUNKS
@@ -158,8 +164,8 @@ def _decode_kernel(
         if PAGED:
             ids = next_ids
             next_ids = _tile_block_ids(table_row, tile + 1, used_blocks, TILE_N, BLOCK_SIZE)
-            k_rows = _tile_rows(ids, tile, stride_kb, stride_kt, TILE_N, BLOCK_SIZE)
-            v_rows = _tile_rows(ids, tile, stride_vb, stride_vt, TILE_N, BLOCK_SIZE)
+            k_rows = _tile_rows(ids, tile, stride_kb, stride_kt, TILE_N, BLOCK_SIZE, ROW_ALIGN)
+            v_rows = _tile_rows(ids, tile, stride_vb, stride_vt, TILE_N, BLOCK_SIZE, ROW_ALIGN)
         else:
             k_rows = (seq_start + offs_n) * stride_kb
             v_rows = (seq_start + offs_n) * stride_vb
@@ -171,8 +177,8 @@ def _decode_kernel(
         offs_n = tile * TILE_N + tl.arange(0, TILE_N)
         if PAGED:
             ids = _tile_block_ids(table_row, tile, used_blocks, TILE_N, BLOCK_SIZE)
-            k_rows = _tile_rows(ids, tile, stride_kb, stride_kt, TILE_N, BLOCK_SIZE)
-            v_rows = _tile_rows(ids, tile, stride_vb, stride_vt, TILE_N, BLOCK_SIZE)
+            k_rows = _tile_rows(ids, tile, stride_kb, stride_kt, TILE_N, BLOCK_SIZE, ROW_ALIGN)
+            v_rows = _tile_rows(ids, tile, stride_vb, stride_vt, TILE_N, BLOCK_SIZE, ROW_ALIGN)
         else:
             k_rows = (seq_start + offs_n) * stride_kb
             v_rows = (seq_start + offs_n) * stride_vb

@@ -116,6 +116,7 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
         BLOCK_SIZE=block_size, PAGED=paged, USE_WINDOW=sliding_window is not None,
         USE_ALIBI=alibi_slopes is not None, SPLIT=split,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or dot_upcast else "tf32", DOT_UPCAST=dot_upcast,
+        ROW_ALIGN=math.gcd(stride_kb, stride_kt, stride_vb, stride_vt, 16) or 16,
         **config,
     )
     _LAST_CONFIG = chosen_config(kernel) if plan.config is None else plan.config.as_dict()

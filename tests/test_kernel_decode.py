@@ -28,7 +28,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from kernels import _runtime as rt  # noqa: E402
 from kernels.contiguous_decode import contiguous_decode_attention  # noqa: E402
-from kernels.decode_plan import DECODE_CONFIGS, choose_num_splits  # noqa: E402
+from kernels.decode_plan import DECODE_CONFIGS, choose_num_splits, prune_configs, resident_ctas_per_sm  # noqa: E402
 from kernels.paged_decode import last_kernel_config, paged_decode_attention  # noqa: E402
 from kernels.reference import (  # noqa: E402
     contiguous_decode_attention_reference,
@@ -398,6 +398,29 @@ def test_split_heuristic_bounds():
     assert choose_num_splits(num_seqs=0, kv_programs=8, max_context=100, sms=132) == 1
     # 1.2 waves cost two without a split; the chosen split leaves a smaller tail
     assert choose_num_splits(num_seqs=60, kv_programs=8, max_context=8192, sms=132, ctas_per_sm=3) > 1
+
+
+@pytest.mark.parametrize("registers,shared,warps,expected", [
+    (128, 0, 4, 4),            # 65536 / (128 x 128 threads)
+    (255, 0, 4, 2),            # registers are allocated in 8s: 256 x 128 threads
+    (32, 0, 4, 16),            # 64 warps per SM / 4
+    (16, 0, 1, 32),            # at most 32 blocks per SM
+    (64, 100 * 1024, 4, 2),    # 228 KB / (100 KB + 1 KB reserved per block)
+    (88, 71680, 4, 3),         # the default decode config on sm_90 (compile_check)
+])
+def test_resident_ctas_follow_the_sm90_occupancy_rules(registers, shared, warps, expected):
+    assert resident_ctas_per_sm(registers, shared, warps) == expected
+
+
+def test_autotuning_prunes_configs_whose_pipeline_overflows_shared_memory():
+    import triton
+
+    configs = [triton.Config({"TILE_N": c.tile_n}, num_warps=c.num_warps, num_stages=c.num_stages)
+               for c in DECODE_CONFIGS]
+    fp16, fp32 = torch.empty(1, dtype=F16), torch.empty(1, dtype=F32)
+    assert prune_configs(configs, {"q_ptr": fp16}, HEAD_DIM_PAD=128) == configs  # <= 64 KB of K/V tiles
+    kept = prune_configs(configs, {"q_ptr": fp32}, HEAD_DIM_PAD=256)  # 2 x 2 x 64 x 256 x 4 B = 256 KB
+    assert [c.kwargs["TILE_N"] for c in kept] == [16]  # nothing fits: a small fallback
 
 
 # ---- input validation ----------------------------------------------------------------------
