@@ -21,6 +21,8 @@
 #                 keeps them all and the summary is rebuilt from the log if the run was killed
 #   kernel-figures  kernel_results.json -> PNGs
 #   kernel-suite-cuda  the CI kernel tests compiled on CUDA, with the time left     (CUDA)
+#   compile-check (rehearsal only) the decode kernel compiled for sm_90 with the image's Triton:
+#                 fails on a spill (kernels.compile_check)
 #   summary       gpu_check.json + gpu_check.md: date, device, commit, stages, files to commit
 set -uo pipefail
 
@@ -38,16 +40,16 @@ fi
 
 # ---- setup -------------------------------------------------------------------------------
 install_pydeps 380
-stage imports 30 370 "$PY" -c "import hydra, omegaconf, torch, triton, pytest, harness.__main__, harness.calibrate, \
+stage imports 60 360 "$PY" -c "import hydra, omegaconf, torch, triton, pytest, harness.__main__, harness.calibrate, \
 harness.hostcost, kernels.benchmark, kernels.compile_check, reports.render, reports.kernel_figures; \
 print('imports ok: hydra', hydra.__version__, 'omegaconf', omegaconf.__version__, 'torch', torch.__version__, \
 'triton', triton.__version__)"
 
 # ---- device and tests -------------------------------------------------------------------------
 GPU_NAME="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-cuda_stage device 30 360 bash -c "nvidia-smi; $PY -c 'import torch, triton; print(\"torch\", torch.__version__, \
+cuda_stage device 30 350 bash -c "nvidia-smi; $PY -c 'import torch, triton; print(\"torch\", torch.__version__, \
 \"cuda\", torch.version.cuda, \"triton\", triton.__version__); print(torch.cuda.get_device_name(0))'"
-stage collect 90 340 "$PY" -m pytest --collect-only -q -p no:cacheprovider -m gpu
+stage collect 90 320 "$PY" -m pytest --collect-only -q -p no:cacheprovider -m gpu
 cuda_stage gpu-tests 100 260 "$PY" -m pytest -m gpu -q -p no:cacheprovider --durations=10
 
 # ---- kernel benchmark ----------------------------------------------------------------------
@@ -75,6 +77,10 @@ for name, fig in zip(names, kernel_figures(results)):
     fig.savefig(out / f"{name}.png", dpi=120)
 print("targets:", json.dumps(results.get("targets"), indent=1))
 EOF
+if [ "$REHEARSE" = 1 ]; then   # no GPU: compile for sm_90 with the image's Triton instead
+  stage compile-check 120 5 "$PY" -m kernels.compile_check --arch 90 --case mha-13b-bs16 --case gqa-8b-bs1 \
+    --case gqa-8b-bs16-split --case read-bandwidth-probe
+fi
 cuda_stage kernel-suite-cuda 150 5 "$PY" -m pytest -q -p no:cacheprovider -m "not gpu" \
   tests/test_kernel_decode.py tests/test_kernel_cache_write.py
 

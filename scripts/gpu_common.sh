@@ -65,7 +65,7 @@ cuda_stage() {
 # rehearsal_python: PY becomes a venv that looks like the H200 image to the project: it
 # sees this machine's packages (torch, numpy, ...: the image has them) but not hydra-core,
 # omegaconf, antlr4 or Hydra plugins, which then come from the carried wheels only
-# (scripts/gpu_image_guard.py). GPU_REHEARSE_CLEAN=1 builds a clean venv with the image's
+# (scripts/gpu_image_guard.py), and it holds the image's Triton (3.6.0). GPU_REHEARSE_CLEAN=1 builds a clean venv with the image's
 # package list instead (minutes: see benchmarks/gpu/README.md).
 rehearsal_python() {
   local venv="$REPO/build/gpu_rehearse/venv"
@@ -79,6 +79,11 @@ rehearsal_python() {
     else
       "$base" -m venv --system-site-packages "$venv" || return 1
     fi
+  fi
+  # the image's Triton (the compile check below compiles with it: its analyses differ)
+  local triton="${GPU_REHEARSE_TRITON:-3.6.0}"
+  if [ "$("$venv/bin/python" -c 'import triton; print(triton.__version__)' 2>/dev/null)" != "$triton" ]; then
+    "$venv/bin/pip" install --quiet "triton==$triton" >>"$LOG" 2>&1 || { echo "triton $triton: install failed"; return 1; }
   fi
   local site
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
