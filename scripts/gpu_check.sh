@@ -36,6 +36,7 @@ BUDGET_S="${GPU_CHECK_BUDGET_S:-450}"   # the whole script (the device tool's ti
 
 if [ "$REHEARSE" = 1 ]; then
   rehearsal_python || exit 1   # sets PY to a venv that sees none of the missing packages
+  START=$(date +%s)             # the budget is for the stages (on the GPU there is no venv to build)
 fi
 
 # ---- setup -------------------------------------------------------------------------------
