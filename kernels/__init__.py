@@ -8,8 +8,11 @@ Public API (import the submodules; this package imports nothing heavy itself):
   ``scatter_blocks``, ``swap_blocks``
 * ``kernels.reference`` -- torch implementations (test oracle and CPU execution path)
 * ``kernels.benchmark.run_kernel_benchmark`` -- the indirection benchmark
-  (``python -m kernels.benchmark``; spec in ``bench_spec``, outputs in ``bench_results``)
+  (``python -m kernels.benchmark``; spec in ``bench_spec``, order and estimate in
+  ``bench_plan``, inputs in ``bench_inputs``, point log and outputs in ``bench_results``)
 * ``kernels.compile_check`` -- compile every variant for sm_90 without a GPU
+* ``kernels.decode_kernel`` / ``decode_plan`` -- the shared Triton kernel; split-K, autotuning
+* ``kernels.bandwidth`` -- the copy and read bandwidth ceilings
 
 CUDA tensors run compiled Triton; CPU tensors run the torch reference, or the Triton
 interpreter when ``TRITON_INTERPRET=1`` was set before triton was imported (tests).

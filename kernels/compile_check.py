@@ -34,9 +34,10 @@ import torch
 import triton
 
 from kernels import _runtime as rt
-from kernels import cache_write, paged_decode
+from kernels import bandwidth, cache_write, paged_decode
+from kernels.decode_plan import DECODE_CONFIGS, resident_ctas_per_sm
 
-KERNEL_MODULES = (paged_decode, cache_write)
+KERNEL_MODULES = (paged_decode, cache_write, bandwidth)
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,13 @@ class CompiledVariant:
     spill_bytes: int | None
     shared_bytes: int
     load_widths: dict[int, int]  # bytes per global load instruction -> count in the PTX
+    num_warps: int
+    ctas_per_sm: int | None  # resident CTAs per sm_90 SM (registers, shared memory, warps)
 
     def row(self) -> str:
-        return (f"{self.case:<24} {self.kernel:<22} regs={self.registers} spill={self.spill_bytes}B "
-                f"smem={self.shared_bytes}B loads(bytes:count)={self.load_widths}")
+        return (f"{self.case:<30} {self.kernel:<22} regs={self.registers} spill={self.spill_bytes}B "
+                f"smem={self.shared_bytes}B warps={self.num_warps} ctas/SM={self.ctas_per_sm} "
+                f"loads(bytes:count)={self.load_widths}")
 
 
 class _Recorder:
@@ -163,6 +167,13 @@ def _cache_case() -> object:
     cache_write.copy_blocks(cache, [(0, 1)])
 
 
+def _read_probe_case() -> None:
+    src = torch.empty(1 << 20, dtype=torch.float16)
+    out = torch.empty(16, dtype=torch.float32)
+    bandwidth._read_kernel[(16,)](src, out, src.numel(), BLOCK=bandwidth.READ_BLOCK, ITERS=bandwidth.READ_ITERS,
+                                  num_warps=8)
+
+
 CASES: dict[str, Callable[[], object]] = {
     "mha-13b-bs16": _decode_case(num_heads=40, num_kv_heads=40),
     "gqa-8b-bs16": _decode_case(),
@@ -176,6 +187,11 @@ CASES: dict[str, Callable[[], object]] = {
     "d256-mqa": _decode_case(num_heads=16, num_kv_heads=1, head_dim=256),
     "fp32-gqa": _decode_case(dtype=torch.float32),
     "cache-write-and-copy": _cache_case,
+    "read-bandwidth-probe": _read_probe_case,
+    # the other autotuning configs (the first is the default, compiled by every case above)
+    **{f"mha-13b-bs16-tile{c.tile_n}-w{c.num_warps}-s{c.num_stages}":
+       _decode_case(num_heads=40, num_kv_heads=40, tile_size=c.tile_n, num_warps=c.num_warps,
+                    num_stages=c.num_stages) for c in DECODE_CONFIGS[1:]},
 }
 
 
@@ -192,8 +208,10 @@ def check(cases: list[str] | None = None, arch: int = 90) -> list[CompiledVarian
                 continue
             seen.add(compiled.hash)
             registers, spill = _resource_usage(compiled)
+            warps = compiled.metadata.num_warps
+            ctas = resident_ctas_per_sm(registers, compiled.metadata.shared, warps) if registers else None
             results.append(CompiledVariant(case, name, registers, spill, compiled.metadata.shared,
-                                           load_widths(compiled.asm["ptx"])))
+                                           load_widths(compiled.asm["ptx"]), warps, ctas))
     return results
 
 

@@ -31,7 +31,7 @@ from kernels.paged_decode import decode_launch, validate_decode_common
 from kernels.reference import contiguous_decode_attention_reference
 
 # The Triton kernel lives in paged_decode.py and is shared; re-exported for discoverability.
-from kernels.paged_decode import _decode_kernel, _reduce_splits_kernel  # noqa: F401
+from kernels.decode_kernel import _decode_kernel, _reduce_splits_kernel  # noqa: F401
 
 
 def contiguous_decode_attention(
@@ -48,6 +48,7 @@ def contiguous_decode_attention(
     max_context_len: int | None = None,
     tile_size: int | None = None,
     num_stages: int | None = None,
+    num_warps: int | None = None,
     out: torch.Tensor | None = None,
     backend: rt.Backend = "auto",
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim], dtype of q
@@ -58,7 +59,8 @@ def contiguous_decode_attention(
     """
     device, scale, alibi_slopes = validate_decode_common(
         q, k_cache, v_cache, context_lens, cache_ndim=3, scale=scale, sliding_window=sliding_window,
-        alibi_slopes=alibi_slopes, num_splits=num_splits, tile_size=tile_size, out=out, num_stages=num_stages)
+        alibi_slopes=alibi_slopes, num_splits=num_splits, tile_size=tile_size, out=out, num_stages=num_stages,
+        num_warps=num_warps)
     rt.check_index_tensor("seq_starts", seq_starts, 1)
     if seq_starts.shape[0] != q.shape[0]:
         raise ValueError(f"seq_starts has {seq_starts.shape[0]} entries for {q.shape[0]} sequences")
@@ -82,4 +84,5 @@ def contiguous_decode_attention(
     return decode_launch(q, k_cache, v_cache, seq_starts, context_lens, out, paged=False,
                          block_size=1, scale=scale, sliding_window=sliding_window,
                          alibi_slopes=alibi_slopes, num_splits=num_splits,
-                         max_context=max_context_len or 0, tile_size=tile_size, num_stages=num_stages)
+                         max_context=max_context_len or 0, tile_size=tile_size, num_stages=num_stages,
+                         num_warps=num_warps)

@@ -19,12 +19,9 @@ Algorithm, per program = (sequence, KV head [, chunk of its query heads], split)
   tile (padded to >= 16 rows for ``tl.dot``), so every K/V tile is loaded once for the
   whole group (MHA: group 1, MQA: group = num_heads). Groups larger than BLOCK_M (64, or
   32 at head_dim 256) are split in chunks that each re-read K/V.
-* Keys are walked in tiles of ``TILE_N`` tokens (64; 32 at head_dim > 128). The block
-  table is gathered per token, so a tile spans ``TILE_N / block_size`` small blocks (one
-  wide load for small pages) or a slice of one large block. The block ids of the next
-  tile are loaded one iteration ahead: with them loaded in the same iteration, Triton's
-  pipeliner treats K/V as indirect loads and keeps one K/V tile in flight instead of two
-  (sm_90: 39 KB vs 70 KB shared memory; ``kernels.compile_check`` shows it).
+* Keys are walked in tiles of ``TILE_N`` tokens (autotuned on CUDA, see
+  ``kernels.decode_plan``); the block ids are loaded once per block and a tile ahead, full
+  tiles run unmasked and the last partial tile is peeled (``kernels.decode_kernel``).
 * Online softmax in fp32 with exp2 (scale folded with log2 e); ``p`` is cast to the V
   dtype for the second ``tl.dot`` (fp32 inputs use IEEE fp32 dots, not TF32).
 * Head dims that are not powers of two are padded to the next one and masked.
@@ -33,12 +30,11 @@ Algorithm, per program = (sequence, KV head [, chunk of its query heads], split)
   and sum; ``_reduce_splits_kernel`` combines them (an online softmax over the splits, 16
   heads per program).
 
-Split heuristic (``choose_num_splits``): splitting only pays when the (sequence, KV head)
-grid cannot fill the GPU. If ``programs >= num_SMs`` there is no split; otherwise enough
-splits for about two waves (``ceil(2 * SMs / programs)``), but no split shorter than 256
-tokens and at most 64. The context bound is ``max_blocks * block_size`` (known on the
-host without a device sync) unless ``max_context_len=`` is given. ``num_splits=`` forces
-a value (tests, benchmarks).
+Split heuristic (``kernels.decode_plan.choose_num_splits``): the split count that minimises
+the wave-quantised time on ``SMs x resident CTAs per SM`` slots, no split shorter than 256
+tokens, at most 64. The context bound is ``max_blocks * block_size`` (known on the host
+without a device sync) unless ``max_context_len=`` is given. ``num_splits=`` forces a value
+(tests, benchmarks).
 
 CPU tensors run the torch reference unless the Triton interpreter is active
 (``TRITON_INTERPRET=1`` before triton is imported; see ``kernels._runtime``); the engine's
@@ -48,211 +44,27 @@ CPU executor relies on this.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import triton
-import triton.language as tl
 
 from kernels import _runtime as rt
+from kernels.decode_kernel import _decode_kernel, _decode_kernel_tuned, _reduce_splits_kernel
+from kernels.decode_plan import chosen_config, launch_plan
 from kernels.reference import paged_decode_attention_reference
 
-MIN_TOKENS_PER_SPLIT = 256
-MAX_SPLITS = 64
 MAX_HEAD_DIM = 256
 MAX_BLOCK_SIZE = 256
-DEFAULT_NUM_STAGES = 3
-
-
-@triton.jit
-def _decode_kernel(
-    out_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
-    index_ptr,  # PAGED: block tables [num_seqs, max_blocks]; else seq_starts [num_seqs]
-    context_lens_ptr, alibi_slopes_ptr,
-    part_out_ptr, part_m_ptr, part_l_ptr,  # [num_seqs, num_heads, num_splits(, HEAD_DIM_PAD)]
-    scale_log2,  # softmax scale * log2(e)
-    sliding_window, num_splits, num_heads,
-    stride_qs, stride_qh, stride_os, stride_oh,
-    stride_kb, stride_kt, stride_kh,  # contiguous: stride_kb is the slot stride
-    stride_vb, stride_vt, stride_vh,
-    stride_index,
-    QUERY_GROUP: tl.constexpr, HEAD_CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, TILE_N: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr, USE_WINDOW: tl.constexpr,
-    USE_ALIBI: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
-):
-    seq = tl.program_id(0)
-    kv_head = tl.program_id(1) // HEAD_CHUNKS
-    chunk = tl.program_id(1) % HEAD_CHUNKS
-    split = tl.program_id(2)
-
-    offs_m = chunk * BLOCK_M + tl.arange(0, BLOCK_M)  # index within the query group
-    head_mask = offs_m < QUERY_GROUP
-    heads = kv_head * QUERY_GROUP + offs_m  # [BLOCK_M] query heads of this program
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    d_mask = offs_d < HEAD_DIM
-    qd_mask = head_mask[:, None] & d_mask[None, :]
-
-    q = tl.load(q_ptr + seq.to(tl.int64) * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=qd_mask, other=0.0)  # [BLOCK_M, HEAD_DIM_PAD]
-    if DOT_UPCAST:
-        q = q.to(tl.float32)
-
-    context_len = tl.load(context_lens_ptr + seq).to(tl.int32)
-    first_token = 0
-    if USE_WINDOW:
-        first_token = tl.maximum(context_len - sliding_window, 0)
-    first_tile = first_token // TILE_N
-    num_tiles = tl.cdiv(context_len, TILE_N)
-    tiles_per_split = tl.cdiv(num_tiles - first_tile, num_splits)
-    tile_lo = first_tile + split * tiles_per_split
-    tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)
-
-    if PAGED:
-        table_row = index_ptr + seq.to(tl.int64) * stride_index
-    else:
-        seq_start = tl.load(index_ptr + seq).to(tl.int64)
-    if USE_ALIBI:
-        slopes = tl.load(alibi_slopes_ptr + heads, mask=head_mask, other=0.0).to(tl.float32) * 1.4426950408889634
-    k_base = k_cache_ptr + kv_head.to(tl.int64) * stride_kh
-    v_base = v_cache_ptr + kv_head.to(tl.int64) * stride_vh
-
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-
-    if PAGED:
-        # NOTE: the block ids of tile t + 1 are loaded during tile t, so K/V addresses never
-        # wait on a load of their own iteration and the pipeliner can prefetch K/V tiles as
-        # deep as for the contiguous layout.
-        offs_next = tile_lo * TILE_N + tl.arange(0, TILE_N)
-        next_block = tl.load(table_row + offs_next // BLOCK_SIZE, mask=offs_next < context_len, other=0)
-    for tile in range(tile_lo, tile_hi):
-        offs_n = tile * TILE_N + tl.arange(0, TILE_N)  # token positions
-        in_context = offs_n < context_len
-        visible = in_context & (offs_n >= first_token)
-        if PAGED:
-            block = next_block.to(tl.int64)
-            offs_next = offs_n + TILE_N
-            next_block = tl.load(table_row + offs_next // BLOCK_SIZE, mask=offs_next < context_len, other=0)
-            k_rows = block * stride_kb + (offs_n % BLOCK_SIZE) * stride_kt
-            v_rows = block * stride_vb + (offs_n % BLOCK_SIZE) * stride_vt
-        else:
-            k_rows = (seq_start + offs_n) * stride_kb
-            v_rows = (seq_start + offs_n) * stride_vb
-        kv_mask = visible[:, None] & d_mask[None, :]
-        k = tl.load(k_base + k_rows[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)  # [TILE_N, D]
-        if DOT_UPCAST:
-            k = k.to(tl.float32)
-        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [BLOCK_M, TILE_N]
-        if USE_ALIBI:
-            rel = (offs_n - (context_len - 1)).to(tl.float32)
-            scores += slopes[:, None] * rel[None, :]
-        scores = tl.where(visible[None, :], scores, float("-inf"))
-        # NOTE: every tile in [tile_lo, tile_hi) holds >= 1 visible token, so m_new is finite.
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_base + v_rows[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        p = p.to(v.dtype)
-        if DOT_UPCAST:
-            p = p.to(tl.float32)
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
-        m_i = m_new
-
-    if SPLIT:
-        part = (seq.to(tl.int64) * num_heads + heads) * num_splits + split  # [BLOCK_M]
-        tl.store(part_m_ptr + part, m_i, mask=head_mask)
-        tl.store(part_l_ptr + part, l_i, mask=head_mask)
-        tl.store(part_out_ptr + part[:, None] * HEAD_DIM_PAD + offs_d[None, :], acc, mask=head_mask[:, None])
-    else:
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # context_len == 0 -> zeros
-        tl.store(out_ptr + seq.to(tl.int64) * stride_os + heads[:, None] * stride_oh + offs_d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=qd_mask)
-
-
-@triton.jit
-def _reduce_splits_kernel(
-    out_ptr, part_out_ptr, part_m_ptr, part_l_ptr,
-    num_splits, num_heads, stride_os, stride_oh,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
-):
-    """Combine the splits of BLOCK_H heads of one sequence: an online softmax over splits."""
-    seq = tl.program_id(0)
-    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_mask = offs_h < num_heads
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    base = (seq.to(tl.int64) * num_heads + offs_h) * num_splits  # [BLOCK_H]
-    m_run = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    l_run = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, HEAD_DIM_PAD], dtype=tl.float32)
-    for split in range(0, num_splits):
-        m_s = tl.load(part_m_ptr + base + split, mask=h_mask, other=float("-inf"))
-        l_s = tl.load(part_l_ptr + base + split, mask=h_mask, other=0.0)
-        acc_s = tl.load(part_out_ptr + (base + split)[:, None] * HEAD_DIM_PAD + offs_d[None, :],
-                        mask=h_mask[:, None], other=0.0)
-        m_new = tl.maximum(m_run, m_s)
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # empty so far: exp2(-inf) = 0, not NaN
-        alpha = tl.exp2(m_run - m_ref)
-        beta = tl.exp2(m_s - m_ref)
-        l_run = l_run * alpha + l_s * beta
-        acc = acc * alpha[:, None] + acc_s * beta[:, None]
-        m_run = m_new
-    out = acc / tl.where(l_run > 0, l_run, 1.0)[:, None]  # context 0 -> zeros
-    tl.store(out_ptr + seq.to(tl.int64) * stride_os + offs_h[:, None] * stride_oh + offs_d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=h_mask[:, None] & (offs_d[None, :] < HEAD_DIM))
-
-
-# ---- launch configuration ---------------------------------------------------------------
-
-
-def default_tile_size(head_dim: int) -> int:
-    return 64 if rt.next_pow2(head_dim) <= 128 else 32
-
-
-def choose_num_splits(num_seqs: int, kv_programs: int, max_context: int, sms: int) -> int:
-    """Split-K factor: see the module docstring (``kv_programs`` = KV heads x head chunks)."""
-    programs = num_seqs * kv_programs
-    if programs == 0 or programs >= sms:
-        return 1
-    wanted = -(-2 * sms // programs)
-    by_length = max(1, max_context // MIN_TOKENS_PER_SPLIT)
-    return max(1, min(wanted, by_length, MAX_SPLITS))
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """How a decode call is cut into programs (shared by the paged and contiguous kernels)."""
-
-    head_dim_pad: int  # head_dim rounded up to a power of two (>= 16)
-    block_m: int  # query-head rows per program (>= 16 for tl.dot)
-    head_chunks: int  # programs per KV head along its query group
-    tile_n: int  # key tokens per loop iteration
-    num_splits: int  # split-K factor (1 = no second kernel)
-    num_stages: int  # software-pipeline depth of the key loop
-
-
-def launch_plan(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: int, *, max_context: int,
-                device: torch.device, num_splits: int | None = None, tile_size: int | None = None,
-                num_stages: int | None = None) -> LaunchPlan:
-    """The launch configuration a decode call with these sizes uses (see module docstring)."""
-    group = num_heads // num_kv_heads
-    head_dim_pad = max(16, rt.next_pow2(head_dim))
-    block_m = max(16, min(rt.next_pow2(group), 64 if head_dim_pad <= 128 else 32))
-    head_chunks = -(-group // block_m)
-    if num_splits is None:
-        num_splits = choose_num_splits(num_seqs, num_kv_heads * head_chunks, max_context, rt.num_sms(device))
-    return LaunchPlan(head_dim_pad, block_m, head_chunks, tile_size or default_tile_size(head_dim), num_splits,
-                      num_stages or DEFAULT_NUM_STAGES)
 
 
 def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool, block_size: int,
                   scale: float, sliding_window: int | None, alibi_slopes: torch.Tensor | None,
                   num_splits: int | None, max_context: int, tile_size: int | None,
-                  num_stages: int | None = None) -> torch.Tensor:
+                  num_stages: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """Launch the shared kernel (and the split reduction). Inputs are already validated.
+
+    With no tile / stages / warps given, CUDA runs the autotuned kernel (``decode_plan``);
+    ``last_kernel_config()`` then says which config it chose.
 
     ``k_cache``/``v_cache`` strides: paged [block, token, head, dim]; contiguous
     [slot, head, dim] -- the contiguous layout passes stride 0 for the token-in-block axis.
@@ -261,7 +73,7 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
     num_kv_heads = k_cache.shape[-2]
     device = q.device
     plan = launch_plan(num_seqs, num_heads, num_kv_heads, head_dim, max_context=max_context, device=device,
-                       num_splits=num_splits, tile_size=tile_size, num_stages=num_stages)
+                       num_splits=num_splits, tile_size=tile_size, num_stages=num_stages, num_warps=num_warps)
     head_dim_pad, num_splits = plan.head_dim_pad, plan.num_splits
     if num_seqs == 0:
         return out
@@ -284,7 +96,14 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
         stride_vb, stride_vt, stride_vh = v_cache.stride(0), 0, v_cache.stride(1)
         stride_index = 0
     grid = (num_seqs, num_kv_heads * plan.head_chunks, num_splits)
-    _decode_kernel[grid](
+    global _LAST_CONFIG
+    if plan.config is None:
+        kernel, config = _decode_kernel_tuned, {}
+    else:
+        kernel = _decode_kernel
+        config = {"TILE_N": plan.config.tile_n, "num_warps": plan.config.num_warps,
+                  "num_stages": plan.config.num_stages}
+    kernel[grid](
         out, q, k_cache, v_cache, index, context_lens,
         alibi_slopes if alibi_slopes is not None else q,
         part_out, part_m, part_l,
@@ -293,12 +112,14 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_index,
         QUERY_GROUP=num_heads // num_kv_heads, HEAD_CHUNKS=plan.head_chunks, BLOCK_M=plan.block_m,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, TILE_N=plan.tile_n,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
         BLOCK_SIZE=block_size, PAGED=paged, USE_WINDOW=sliding_window is not None,
         USE_ALIBI=alibi_slopes is not None, SPLIT=split,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or dot_upcast else "tf32", DOT_UPCAST=dot_upcast,
-        num_warps=4, num_stages=plan.num_stages,
+        ROW_ALIGN=math.gcd(stride_kb, stride_kt, stride_vb, stride_vt, 16) or 16,
+        **config,
     )
+    _LAST_CONFIG = chosen_config(kernel) if plan.config is None else plan.config.as_dict()
     if split:
         block_h = min(rt.next_pow2(num_heads), 16)
         _reduce_splits_kernel[(num_seqs, triton.cdiv(num_heads, block_h))](
@@ -308,11 +129,20 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
     return out
 
 
+_LAST_CONFIG: dict | None = None
+
+
+def last_kernel_config() -> dict | None:
+    """``{"tile_n", "num_warps", "num_stages"}`` of the last decode launch (None before one)."""
+    return _LAST_CONFIG
+
+
 # ---- validation shared with contiguous_decode --------------------------------------------
 
 
 def validate_decode_common(q, k_cache, v_cache, context_lens, *, cache_ndim: int, scale,
-                           sliding_window, alibi_slopes, num_splits, tile_size, out, num_stages=None):
+                           sliding_window, alibi_slopes, num_splits, tile_size, out, num_stages=None,
+                           num_warps=None):
     """Checks both decode wrappers share; returns (device, scale, alibi_slopes as fp32)."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, torch.Tensor):
@@ -362,6 +192,8 @@ def validate_decode_common(q, k_cache, v_cache, context_lens, *, cache_ndim: int
         raise ValueError(f"tile_size must be None or a power of two in 16..256, got {tile_size!r}")
     if num_stages is not None and not (isinstance(num_stages, int) and 1 <= num_stages <= 8):
         raise ValueError(f"num_stages must be None or an int in 1..8, got {num_stages!r}")
+    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"num_warps must be None or one of 1, 2, 4, 8, 16, got {num_warps!r}")
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1):
         raise ValueError(f"out must be a {q.dtype} tensor shaped like q {tuple(q.shape)} with stride(-1) == 1")
     return device, float(scale), alibi_slopes
@@ -381,6 +213,7 @@ def paged_decode_attention(
     max_context_len: int | None = None,
     tile_size: int | None = None,
     num_stages: int | None = None,
+    num_warps: int | None = None,
     out: torch.Tensor | None = None,
     backend: rt.Backend = "auto",
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim], dtype of q
@@ -393,8 +226,11 @@ def paged_decode_attention(
         num_splits: force the split-K factor (1 = no split); default: the heuristic.
         max_context_len: bound on context_lens for the heuristic; default
             ``max_blocks * block_size`` (no device sync).
-        tile_size: tokens per key tile (power of two, 16..256); default 64 (32 at head_dim > 128).
-        num_stages: software-pipeline depth of the key loop (Triton ``num_stages``); default 3.
+        tile_size: tokens per key tile (power of two, 16..256).
+        num_stages: software-pipeline depth of the key loop (Triton ``num_stages``).
+        num_warps: warps per program. With none of tile_size / num_stages / num_warps given,
+            CUDA autotunes them (``kernels.decode_plan``); otherwise the ones not given are
+            64 tokens (32 at head_dim > 128), 3 stages, 4 warps.
         out: optional output buffer shaped like ``q``.
         backend: "auto" | "triton" | "torch", see ``kernels._runtime``.
 
@@ -404,7 +240,8 @@ def paged_decode_attention(
     """
     device, scale, alibi_slopes = validate_decode_common(
         q, k_cache, v_cache, context_lens, cache_ndim=4, scale=scale, sliding_window=sliding_window,
-        alibi_slopes=alibi_slopes, num_splits=num_splits, tile_size=tile_size, out=out, num_stages=num_stages)
+        alibi_slopes=alibi_slopes, num_splits=num_splits, tile_size=tile_size, out=out, num_stages=num_stages,
+        num_warps=num_warps)
     block_size = k_cache.shape[1]
     if not (rt.is_pow2(block_size) and block_size <= MAX_BLOCK_SIZE):
         raise ValueError(f"block_size (k_cache.shape[1]) must be a power of two in 1..{MAX_BLOCK_SIZE}, "
@@ -431,7 +268,7 @@ def paged_decode_attention(
     return decode_launch(q, k_cache, v_cache, block_tables, context_lens, out, paged=True,
                          block_size=block_size, scale=scale, sliding_window=sliding_window,
                          alibi_slopes=alibi_slopes, num_splits=num_splits, max_context=max_context,
-                         tile_size=tile_size, num_stages=num_stages)
+                         tile_size=tile_size, num_stages=num_stages, num_warps=num_warps)
 
 
 def _check_paged_ranges(block_tables, context_lens, block_size: int, num_blocks: int) -> None:

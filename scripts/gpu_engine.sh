@@ -29,6 +29,8 @@ DEVICE="${GPU_ENGINE_DEVICE:-cuda}"
 FIT_NAME="$HARDWARE-$MODEL-fit"
 
 : >"$LOG"
+install_pydeps 360   # the carried wheels (gpu_common.sh); a fresh machine needs them again
+GPU_NAME="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 COMMON=(engine=torch model="$MODEL" hardware="$HARDWARE" engine.device="$DEVICE" "systems=[paged,max,oracle]"
         workload.num_requests="$REQUESTS" workload.arrival.process=offline
         engine.wall_time_limit_s=40 progress=false)
@@ -45,7 +47,7 @@ import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
 print("# Real-engine run (torch executor, random weights)\n")
-print("| stage | rc | time |\n|---|---|---|")
+print("| stage | rc | limit | time |\n|---|---|---|---|")
 print("\n".join(sys.argv[2:]))
 for name in ("docqa", "sharegpt_like"):
     path = out / name / "results.json"
@@ -59,8 +61,8 @@ for name in ("docqa", "sharegpt_like"):
     print(f"same tokens on every system (output_digest): {len(digests) == 1}\n")
     print("| system | out tok/s | req/s | mean batch | max batch | token_states % | reserved % | "
           "internal frag % | external frag % | preempt | decode step p50 ms | host prep % | "
-          "J/token | complete |")
-    print("|---" * 14 + "|")
+          "J/token | mean W | SM MHz | complete |")
+    print("|---" * 16 + "|")
     for n, s in systems.items():
         m, e = s["memory"], s.get("executor", {})
         print(f"| {n} | {s['throughput']['output_tokens_per_s']} | {s['throughput']['requests_per_s']} | "
@@ -68,7 +70,8 @@ for name in ("docqa", "sharegpt_like"):
               f"{m.get('reserved_pct')} | {m.get('internal_fragmentation_pct')} | "
               f"{m.get('external_fragmentation_pct')} | {s['preemptions']} | "
               f"{e.get('decode_step_ms', {}).get('p50')} | {e.get('host_prep_share_pct')} | "
-              f"{s.get('energy_per_token_j')} | {s['complete']} |")
+              f"{s.get('energy_per_token_j')} | {s.get('nvml', {}).get('mean_power_w')} | "
+              f"{s.get('nvml', {}).get('mean_sm_clock_mhz')} | {s['complete']} |")
 cal = out / "calibration.json"
 if cal.is_file():
     c = json.loads(cal.read_text())
@@ -82,5 +85,6 @@ if host.is_file():
     print("\n## CPU-side block-table cost\n")
     print(markdown(json.loads(host.read_text())))
 EOF
-echo "wrote $OUT_DIR/engine.md"
-cat "$OUT_DIR/engine.md"
+write_summary gpu_engine "GPU check (call 2: real engine)" engine.md engine.md engine.log calibration.json \
+  "$FIT_NAME.yaml" hostcost.json docqa/results.json sharegpt_like/results.json docqa/report.html \
+  sharegpt_like/report.html

@@ -24,7 +24,11 @@ import triton  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-CASES = ["gqa-8b-bs16-split", "contiguous-gqa-8b", "d80-bf16-window-alibi", "cache-write-and-copy"]
+from kernels.decode_plan import DECODE_CONFIGS, SM90_DECODE_CTAS_PER_SM  # noqa: E402
+
+CONFIG_CASES = [f"mha-13b-bs16-tile{c.tile_n}-w{c.num_warps}-s{c.num_stages}" for c in DECODE_CONFIGS[1:]]
+CASES = ["gqa-8b-bs16-split", "contiguous-gqa-8b", "d80-bf16-window-alibi", "cache-write-and-copy",
+         "mha-13b-bs16", "read-bandwidth-probe", *CONFIG_CASES]
 
 SCRIPT = """
 import json, sys
@@ -51,7 +55,8 @@ def compiled() -> dict[tuple[str, str], dict]:
 
 def test_every_launch_compiles_without_spilling(compiled):
     kernels = {kernel for _, kernel in compiled}
-    assert kernels == {"_decode_kernel", "_reduce_splits_kernel", "_write_kv_kernel", "_copy_blocks_kernel"}
+    assert kernels == {"_decode_kernel", "_reduce_splits_kernel", "_write_kv_kernel", "_copy_blocks_kernel",
+                       "_read_kernel"}
     for (case, kernel), v in compiled.items():
         assert v["spill_bytes"] == 0, f"{case}/{kernel} spills {v['spill_bytes']} bytes"
         assert v["registers"] is not None and v["registers"] <= 255
@@ -69,3 +74,23 @@ def test_paged_kernel_pipelines_kv_as_deep_as_contiguous(compiled):
     paged = compiled[("gqa-8b-bs16-split", "_decode_kernel")]["shared_bytes"]
     contiguous = compiled[("contiguous-gqa-8b", "_decode_kernel")]["shared_bytes"]
     assert paged == contiguous
+
+
+def test_every_autotuning_config_compiles_and_loads_kv_in_16_bytes(compiled):
+    for case in CONFIG_CASES:
+        v = compiled[(case, "_decode_kernel")]
+        assert v["spill_bytes"] == 0 and v["ctas_per_sm"] >= 1, case
+        assert {int(k): n for k, n in v["load_widths"].items()}.get(2, 0) == 0, case
+
+
+def test_split_heuristic_uses_the_default_configs_sm90_occupancy(compiled):
+    """decode_plan.SM90_DECODE_CTAS_PER_SM is what the compiled default kernel allows."""
+    for case in ("mha-13b-bs16", "gqa-8b-bs16-split", "contiguous-gqa-8b"):
+        assert compiled[(case, "_decode_kernel")]["ctas_per_sm"] == SM90_DECODE_CTAS_PER_SM, case
+
+
+def test_block_ids_are_loaded_once_per_block(compiled):
+    """At block 16 and 64-token tiles a tile needs 4 ids, not 64: the paged kernel issues
+    fewer 4-byte loads than it did with one id per token (33 on sm_90 before)."""
+    paged = {int(k): n for k, n in compiled[("mha-13b-bs16", "_decode_kernel")]["load_widths"].items()}
+    assert paged.get(4, 0) < 33

@@ -10,6 +10,7 @@ cannot pass.
 
 from __future__ import annotations
 
+import heapq
 import os
 import subprocess
 import sys
@@ -28,7 +29,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 from kernels import _runtime as rt  # noqa: E402
 from kernels.contiguous_decode import contiguous_decode_attention  # noqa: E402
-from kernels.paged_decode import choose_num_splits, paged_decode_attention  # noqa: E402
+from kernels.decode_plan import DECODE_CONFIGS, choose_num_splits, prune_configs, resident_ctas_per_sm  # noqa: E402
+from kernels.paged_decode import last_kernel_config, paged_decode_attention  # noqa: E402
 from kernels.reference import (  # noqa: E402
     contiguous_decode_attention_reference,
     paged_decode_attention_reference,
@@ -224,6 +226,23 @@ def test_tile_size_override(request, tile_size):
     assert_matches(out, case.reference(), F16, seed)
 
 
+@pytest.mark.parametrize("block_size", [1, 16, 128])
+@pytest.mark.parametrize("config", DECODE_CONFIGS, ids=lambda c: f"tile{c.tile_n}-w{c.num_warps}-s{c.num_stages}")
+def test_every_autotuning_config_matches_reference(request, config, block_size):
+    """Each config CUDA may pick: full unmasked tiles, the peeled partial tile, block ids
+    loaded per block (vector of ids, one id per tile, or a slice of one block), 3 splits, GQA."""
+    seed = seed_of(request)
+    tile = config.tile_n
+    lens = [1, tile, tile + 1, 2 * tile + 5]
+    case = make_case(seed, lens, num_heads=8, num_kv_heads=2, head_dim=32, block_size=block_size, dtype=F16)
+    out = case.poisoned_out()
+    paged_decode_attention(case.q, case.k_paged, case.v_paged, case.block_tables, case.context_lens,
+                           num_splits=3, tile_size=tile, num_warps=config.num_warps,
+                           num_stages=config.num_stages, out=out)
+    assert_matches(out, case.reference(), F16, seed)
+    assert last_kernel_config() == config.as_dict()
+
+
 @pytest.mark.parametrize("dtype,group,head_dim,sliding_window,alibi,num_splits", [
     (F16, (1, 2), 128, None, False, 1),
     (BF16, (4, 2), 80, 33, False, 3),
@@ -335,13 +354,62 @@ def test_cpu_without_interpreter_falls_back_to_reference():
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def test_split_heuristic():
-    assert choose_num_splits(num_seqs=64, kv_programs=8, max_context=8192, sms=132) == 1
-    assert choose_num_splits(num_seqs=1, kv_programs=8, max_context=8192, sms=132) == 32
-    assert choose_num_splits(num_seqs=1, kv_programs=8, max_context=1024, sms=132) == 4
+def _makespan(jobs: int, work: int, slots: int) -> int:
+    """Greedy list scheduling of ``jobs`` equal jobs on ``slots`` identical slots (event order)."""
+    free = [0] * slots
+    for _ in range(jobs):
+        heapq.heappush(free, heapq.heappop(free) + work)
+    return max(free)
+
+
+@pytest.mark.parametrize("num_seqs,kv_programs,context", [
+    (64, 8, 8192), (32, 40, 4096), (64, 40, 8192), (32, 8, 4096), (8, 8, 4096), (1, 8, 8192), (132, 3, 4096),
+])
+def test_split_heuristic_minimises_the_simulated_makespan(num_seqs, kv_programs, context):
+    """The chosen split is the smallest that minimises the time of a wave-by-wave schedule of
+    equal programs (each ``ceil(tiles / s)`` tiles + the pipeline fill) on SMs x CTAs slots."""
+    sms, ctas, config = 132, 3, DECODE_CONFIGS[0]
+    tiles, fill = -(-context // config.tile_n), config.num_stages - 1
+    allowed = range(1, min(64, context // 256) + 1)
+    spans = {s: _makespan(num_seqs * kv_programs * s, -(-tiles // s) + fill, sms * ctas) for s in allowed}
+    best = min(spans.values())
+    chosen = choose_num_splits(num_seqs, kv_programs, context, sms, ctas_per_sm=ctas, config=config)
+    assert chosen == min(s for s, span in spans.items() if span == best)
+
+
+def test_split_heuristic_bounds():
+    # exactly one full wave: nothing to gain from splitting
+    assert choose_num_splits(num_seqs=132, kv_programs=3, max_context=8192, sms=132, ctas_per_sm=3) == 1
+    # one sequence: as many splits as the length allows (>= 256 tokens each), at most 64
+    assert choose_num_splits(num_seqs=1, kv_programs=1, max_context=1024, sms=132) == 4
     assert choose_num_splits(num_seqs=1, kv_programs=1, max_context=10**6, sms=132) == 64
     assert choose_num_splits(num_seqs=2, kv_programs=8, max_context=100, sms=132) == 1
     assert choose_num_splits(num_seqs=0, kv_programs=8, max_context=100, sms=132) == 1
+    # 1.2 waves cost two without a split; the chosen split leaves a smaller tail
+    assert choose_num_splits(num_seqs=60, kv_programs=8, max_context=8192, sms=132, ctas_per_sm=3) > 1
+
+
+@pytest.mark.parametrize("registers,shared,warps,expected", [
+    (128, 0, 4, 4),            # 65536 / (128 x 128 threads)
+    (255, 0, 4, 2),            # registers are allocated in 8s: 256 x 128 threads
+    (32, 0, 4, 16),            # 64 warps per SM / 4
+    (16, 0, 1, 32),            # at most 32 blocks per SM
+    (64, 100 * 1024, 4, 2),    # 228 KB / (100 KB + 1 KB reserved per block)
+    (88, 71680, 4, 3),         # the default decode config on sm_90 (compile_check)
+])
+def test_resident_ctas_follow_the_sm90_occupancy_rules(registers, shared, warps, expected):
+    assert resident_ctas_per_sm(registers, shared, warps) == expected
+
+
+def test_autotuning_prunes_configs_whose_pipeline_overflows_shared_memory():
+    import triton
+
+    configs = [triton.Config({"TILE_N": c.tile_n}, num_warps=c.num_warps, num_stages=c.num_stages)
+               for c in DECODE_CONFIGS]
+    fp16, fp32 = torch.empty(1, dtype=F16), torch.empty(1, dtype=F32)
+    assert prune_configs(configs, {"q_ptr": fp16}, HEAD_DIM_PAD=128) == configs  # <= 64 KB of K/V tiles
+    kept = prune_configs(configs, {"q_ptr": fp32}, HEAD_DIM_PAD=256)  # 2 x 2 x 64 x 256 x 4 B = 256 KB
+    assert [c.kwargs["TILE_N"] for c in kept] == [16]  # nothing fits: a small fallback
 
 
 # ---- input validation ----------------------------------------------------------------------
@@ -413,19 +481,34 @@ def test_contiguous_decode_rejects_out_of_range_slots():
 @pytest.mark.parametrize("block_size", [1, 8, 16, 32, 128, 256])
 @pytest.mark.parametrize("heads", [(40, 40, 128), (32, 8, 128), (32, 4, 80), (16, 1, 256)])
 def test_gpu_real_sizes_with_heuristic_splits(request, block_size, heads):
-    """Llama-like head configs, ragged contexts up to 5k, the heuristic picks the split."""
+    """Llama-like head configs, ragged contexts up to 5k, the heuristic picks the split (the
+    default config, fixed with num_warps=4: autotuning all 24 shapes would not fit the stage)."""
     seed = seed_of(request)
     num_heads, kv_heads, head_dim = heads
     lens = [1, block_size + 1, 777, 4099, 5000]
     case = make_case(seed, lens, num_heads=num_heads, num_kv_heads=kv_heads, head_dim=head_dim,
                      block_size=block_size, dtype=F16)
     out = paged_decode_attention(case.q, case.k_paged, case.v_paged, case.block_tables, case.context_lens,
-                                 out=case.poisoned_out())
+                                 num_warps=4, out=case.poisoned_out())
     assert_matches(out, case.reference(), F16, seed)
     contig = contiguous_decode_attention(case.q, case.k_contig, case.v_contig, case.seq_starts,
                                          case.context_lens, max_context_len=block_size * case.block_tables.shape[1],
-                                         out=case.poisoned_out())
+                                         num_warps=4, out=case.poisoned_out())
     assert_matches(contig, case.reference(), F16, seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("heads", [(40, 40, 128), (32, 8, 128)])
+def test_gpu_autotuned_kernel_matches_reference_and_says_which_config_ran(request, heads):
+    seed = seed_of(request)
+    num_heads, kv_heads, head_dim = heads
+    case = make_case(seed, [1, 17, 4099, 5000], num_heads=num_heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                     block_size=16, dtype=F16)
+    out = paged_decode_attention(case.q, case.k_paged, case.v_paged, case.block_tables, case.context_lens,
+                                 out=case.poisoned_out())
+    assert_matches(out, case.reference(), F16, seed)
+    assert last_kernel_config() in [c.as_dict() for c in DECODE_CONFIGS]
 
 
 @pytest.mark.gpu
