@@ -13,6 +13,7 @@ aside, so a config error leaves the run directory as it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.config import wants_report
 from harness.errors import ConfigError, PagebenchError
 from harness.rejections import SERVED_NOTHING
+from harness.run_lock import claim_run_dir
 from harness.results import (atomic_write_text, config_hash, existing_complete_results,
                              set_aside_previous_run)
 
@@ -43,6 +45,7 @@ class SweepJobError(CompactHydraException):
 def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     previous = None
+    run_lock = contextlib.ExitStack()
     try:
         try:
             resolved_yaml = OmegaConf.to_yaml(cfg, resolve=True)
@@ -54,6 +57,7 @@ def main(cfg: DictConfig) -> None:
         # every check of the config before the directory changes: a config error leaves an
         # earlier run's outputs where they are
         prepared = check_config(cfg)
+        run_lock.enter_context(claim_run_dir(out_dir))  # one run at a time in out_dir
         if mode != "kernels" and not os.environ.get("PAGEBENCH_RERUN"):
             done = existing_complete_results(out_dir, cfg_hash)
             if done is not None:
@@ -103,6 +107,8 @@ def main(cfg: DictConfig) -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        run_lock.close()
     if results.get("stop_reason") == "interrupted":
         sys.exit(130)
     if not results.get("complete", True):

@@ -27,7 +27,10 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file."""
+    """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file,
+    and none into a run directory another run owns now (``run_lock.check_owner``)."""
+    from harness.run_lock import check_owner
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -35,6 +38,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.chmod(tmp, FILE_MODE)  # mkstemp makes it 0600: give it a plain file's mode
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        check_owner(path.parent)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

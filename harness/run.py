@@ -14,7 +14,7 @@ import platform
 import signal
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -30,7 +30,7 @@ from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
 from harness.metrics import memory_summary, serving_summary
-from harness.processes import fork_is_safe, forking, usable_cpus
+from harness.processes import fork_is_safe, forking, usable_cpus, worker_pool
 from harness.interrupts import InterruptFlag, deferred_interrupt
 from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.results import SCHEMA_VERSION, config_hash, write_json, write_table
@@ -294,8 +294,7 @@ def _run_parallel(systems: list[SystemSpec], context: RunContext, jobs: int,
     mp = _pool_context()
     stop = mp.RawValue("b", 0)  # shared memory: a worker reads it after every engine step
     shared = pickle.dumps(context, protocol=pickle.HIGHEST_PROTOCOL)  # keeps arrays read-only
-    with ProcessPoolExecutor(jobs, mp_context=mp, initializer=_init_worker,
-                             initargs=(shared, stop)) as pool:
+    with worker_pool(jobs, mp, initializer=_init_worker, initargs=(shared, stop)) as pool:
         try:
             with forking():  # the workers start at the first submit
                 pending = {pool.submit(_run_in_worker, system) for system in systems}
