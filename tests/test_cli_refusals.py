@@ -65,6 +65,11 @@ REFUSED = {
     "nested_systems": (["systems=[[paged]]"], "systems: must be a list of system names"),
     "mapping_systems": (["systems={a:paged}"], "systems: must be a list"),
     "catalog_entry": (["allocator.paged=3"], "allocator.paged: must be a mapping"),
+    # a system's name names its tables (steps_<name>.csv): never a path out of the run directory
+    "system_name_path": (["systems=[x/../../../escaped]",
+                          "+allocator={x/../../../escaped:{kind:contiguous,policy:max}}"],
+                         "allocator.x/../../../escaped: system name 'x/../../../escaped' must "
+                         "be a plain name (letters, digits, '_', '-', '.')"),
     # seeds: the serving run's check, also in studies
     "seed_float": (["seed=1.5"], "seed: must be a non-negative integer, got 1.5"),
     "study_seed_negative": ([*STUDY, "seed=-3"], "seed: must be a non-negative integer, got -3"),
@@ -224,3 +229,16 @@ def test_check_config_passes_the_default_config_and_prepares_a_study():
         prepared = check_config(compose(config_name="config",
                                         overrides=["experiment=vllm_fig2", "study.scale=0.05"]))
     assert prepared.name == "vllm_fig2"
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "a\\b", "", "a b", "x\n"])
+def test_system_names_are_plain_names(name):
+    from harness.config import select_systems
+
+    catalog = {"paged": {"kind": "paged"}, name: {"kind": "contiguous", "policy": "max"}}
+    with pytest.raises(ConfigError, match=rf"^allocator\.{re.escape(name)}: system name "):
+        select_systems(["paged"], catalog, 16)  # every catalog entry, selected or not
+    with pytest.raises(ConfigError, match=r"^systems: system name "):
+        select_systems([name], {"paged": {"kind": "paged"}}, 16)
+    assert [s.name for s in select_systems(["v1.2_x-y"], {"v1.2_x-y": {"kind": "paged"}}, 16)] \
+        == ["v1.2_x-y"]
