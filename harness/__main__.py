@@ -6,7 +6,7 @@ outputs there are moved to ``previous/<n>/`` first, never overwritten), 1 Hydra 
 the command line (e.g. an override's syntax; a sweep with a failed job), 2 a config or
 input error (the message says what to fix; a key the config does not have is named with
 the closest valid one, by ``harness.override_check``, before Hydra composes anything),
-130 interrupted (what had run is written, marked incomplete). The config is checked
+130 interrupted by Ctrl-C or SIGTERM (what had run is written, marked incomplete). The config is checked
 (``check_config``: the specs the run builds) before an earlier run's outputs are moved
 aside, so a config error leaves the run directory as it was.
 """
@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness.config import wants_report
 from harness.errors import ConfigError, PagebenchError
+from harness.interrupts import terminate_as_interrupt
 from harness.rejections import SERVED_NOTHING
 from harness.run_lock import claim_run_dir
 from harness.results import (atomic_write_text, config_hash, existing_complete_results,
@@ -202,5 +203,6 @@ def _refuse_unknown_overrides() -> None:
 
 
 if __name__ == "__main__":
+    terminate_as_interrupt()  # SIGTERM (CI cancel, SLURM, timeout) is handled as Ctrl-C
     _refuse_unknown_overrides()
     main()

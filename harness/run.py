@@ -31,7 +31,7 @@ from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
 from harness.metrics import memory_summary, serving_summary
 from harness.processes import fork_is_safe, forking, usable_cpus, worker_pool
-from harness.interrupts import InterruptFlag, deferred_interrupt
+from harness.interrupts import STOP_SIGNALS, InterruptFlag, deferred_interrupt
 from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.results import SCHEMA_VERSION, config_hash, write_json, write_table
 from harness.run_setup import RunSetup, check_block_sizes, run_setup
@@ -287,7 +287,7 @@ def _run_parallel(systems: list[SystemSpec], context: RunContext, jobs: int,
                   interrupt: InterruptFlag, record: Callable[[SystemOutcome], None]) -> None:
     """Run the systems in ``jobs`` worker processes, recording each as it finishes.
 
-    Workers ignore SIGINT; on Ctrl-C the parent raises a shared stop flag: running
+    Workers ignore SIGINT and SIGTERM; on either the parent raises a shared stop flag: running
     systems stop after their current step (recorded as interrupted), the others never start.
     """
     print(f"  running {len(systems)} systems in {jobs} processes", file=sys.stderr)
@@ -327,9 +327,11 @@ _worker_stop: Any = None  # the parent's stop flag (a shared ctypes byte)
 
 
 def _init_worker(shared: bytes, stop: Any) -> None:
-    """Worker start: leave Ctrl-C to the parent, unpickle the run's shared context once."""
+    """Worker start: leave Ctrl-C and SIGTERM to the parent (``scancel`` signals every
+    process), unpickle the run's shared context once."""
     global _worker_context, _worker_stop
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     _worker_context = pickle.loads(shared)
     _worker_stop = stop
 

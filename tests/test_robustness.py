@@ -175,7 +175,8 @@ def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(
 
 
 # ------------------------------------------------------------- interruption
-def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])  # SIGTERM: CI cancel, SLURM
+def test_ctrl_c_or_sigterm_writes_what_has_run_marked_incomplete(tmp_path, signum):
     proc = subprocess.Popen(
         # jobs=1: systems one after the other (tests/test_run_parallel.py interrupts jobs=2)
         harness_cmd("workload=sharegpt_like", "workload.num_requests=5000", "systems=[paged,max]",
@@ -188,7 +189,7 @@ def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path):
     while "paged:" not in "".join(err) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)  # the progress bar: the engine loop has started
     time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     proc.wait(timeout=120)
     reader.join(timeout=10)
     stderr = "".join(err)
@@ -204,6 +205,21 @@ def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path):
     assert (tmp_path / "steps_paged.csv").exists() and (tmp_path / "report.html").exists()
     # an interrupted run is not "done": the same command runs it again
     assert existing_complete_results(tmp_path, results["config_hash"]) is None
+
+
+def test_sigterm_outside_a_run_unwinds_as_ctrl_c_does():
+    """Between a sweep's jobs: KeyboardInterrupt, so the process exits through atexit (where a
+    stopped sweep draws the report of the jobs that finished), not killed outright."""
+    from harness.interrupts import terminate_as_interrupt
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        terminate_as_interrupt()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # (the handler runs at the next bytecode)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # ---------------------------------------------------------- sweep re-runs
