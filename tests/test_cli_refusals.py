@@ -65,6 +65,12 @@ REFUSED = {
     "nested_systems": (["systems=[[paged]]"], "systems: must be a list of system names"),
     "mapping_systems": (["systems={a:paged}"], "systems: must be a list"),
     "catalog_entry": (["allocator.paged=3"], "allocator.paged: must be a mapping"),
+    # more than the machine holds: refused before a request is generated, not OOM-killed
+    "too_many_requests": (["workload=fixed", "workload.num_requests=1000000000000"],
+                          "workload.num_requests: 1,000,000,000,000 requests need at least "
+                          "931,322.6 GiB (1000 bytes each), more than the"),
+    "swap_overflow": (["engine.swap_space_gib=1e30"],
+                      "engine.swap_space_gib: at most 1,638,400 GiB for llama-2-13b"),
     # a system's name names its tables (steps_<name>.csv): never a path out of the run directory
     "system_name_path": (["systems=[x/../../../escaped]",
                           "+allocator={x/../../../escaped:{kind:contiguous,policy:max}}"],
