@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -9,6 +10,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from harness.errors import OutputError
 
 if TYPE_CHECKING:  # pandas is imported lazily: the gate CLI does not need it
     import pandas as pd
@@ -28,22 +31,38 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file,
-    and none into a run directory another run owns now (``run_lock.check_owner``)."""
+    and none into a run directory another run owns now (``run_lock.check_owner``). An
+    ``OSError`` (disk full, read-only) becomes an ``OutputError`` naming the path."""
     from harness.run_lock import check_owner
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         os.chmod(tmp, FILE_MODE)  # mkstemp makes it 0600: give it a plain file's mode
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         check_owner(path.parent)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise OutputError(f"{path}: cannot write it: {_why(exc, path)}") from None
         raise
+
+
+def _why(exc: OSError, path: Path) -> str:
+    """What an OSError writing ``path`` means, in words."""
+    if exc.errno == errno.ENOSPC:
+        return "no space left on the device (free some, or write elsewhere: hydra.run.dir=...)"
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"{exc.strerror} (a read-only or protected directory: write elsewhere)"
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+        return f"{blocking} is a file, not a directory"
+    return exc.strerror or str(exc)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -195,14 +214,28 @@ def set_aside_previous_run(out_dir: Path) -> Path | None:
                     if path.is_file()})
     if [path.name for path in found] in ([], ["config_resolved.yaml"]):
         return None  # nothing, or all that a run stopped by its bad input leaves: replace it
-    n = 1
-    while (out_dir / PREVIOUS_DIR / str(n)).exists():
-        n += 1
-    dest = out_dir / PREVIOUS_DIR / str(n)
-    dest.mkdir(parents=True)
-    for path in found:
-        os.replace(path, dest / path.name)
+    dest = next_previous_dir(out_dir)
+    try:
+        dest.mkdir(parents=True)
+        for path in found:
+            os.replace(path, dest / path.name)
+    except OSError as exc:
+        raise OutputError(f"{dest}: cannot move the earlier run's outputs there: "
+                          f"{_why(exc, dest / 'x')}") from None
     return dest
+
+
+def next_previous_dir(out_dir: Path) -> Path:
+    """``out_dir/previous/<n>``, the first n = 1, 2, ... that is free; an ``OutputError``
+    when ``previous`` is there but not a directory."""
+    previous = Path(out_dir) / PREVIOUS_DIR
+    if previous.exists() and not previous.is_dir():
+        raise OutputError(f"{previous}: is a file; pagebench moves earlier runs' outputs into "
+                          f"a directory of that name: move the file away")
+    n = 1
+    while (previous / str(n)).exists():
+        n += 1
+    return previous / str(n)
 
 
 def existing_complete_results(out_dir: Path, cfg_hash: str) -> Path | None:

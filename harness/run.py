@@ -184,8 +184,8 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     run_info["wall_time_s"] = round(time.perf_counter() - total_start, 3)
     if telemetry_rows:
         write_table(out_dir / "nvml_samples.csv", pd.DataFrame(telemetry_rows))
-    write_json(out_dir / "results.json", results)
     write_json(out_dir / "run_info.json", run_info)
+    write_json(out_dir / "results.json", results)  # last: when it is there, the rest is
     if report:
         from reports.render import render_run_report
 

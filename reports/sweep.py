@@ -23,7 +23,8 @@ import pandas as pd
 import yaml
 
 from harness.errors import InputError
-from harness.results import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, atomic_write_text, read_results
+from harness.results import (DISPLAY_ONLY_KEYS, PREVIOUS_DIR, atomic_write_text,
+                             next_previous_dir, read_results)
 from reports import figures as F
 from reports.figure_batch import PendingFigure, resolve
 from reports.html import absent, esc, page, table
@@ -117,10 +118,7 @@ def set_aside_earlier_jobs(sweep_dir: Path, planned: list[list[str]]) -> tuple[P
              if tuple(sorted(_overrides(path))) not in wanted]
     if not stale:
         return None, 0
-    n = 1
-    while (sweep_dir / PREVIOUS_DIR / str(n)).exists():
-        n += 1
-    dest = sweep_dir / PREVIOUS_DIR / str(n)
+    dest = next_previous_dir(sweep_dir)
     sweep_files = [sweep_dir / name for name in ("multirun.yaml", REPORT_NAME, TABLE_NAME)]
     for path in stale + [path for path in sweep_files if path.is_file()]:
         target = dest / path.relative_to(sweep_dir)
