@@ -135,19 +135,22 @@ def read_results(path: Path) -> dict:
 DISPLAY_ONLY_KEYS = ("progress", "jobs", "report")
 
 
-def _input_files(node: Any) -> list[str]:
-    """The values of ``path`` keys anywhere in a plain config that name existing files
-    (a workload's trace; not a dataset name)."""
+def _input_files(node: Any) -> list[tuple[str, Path]]:
+    """(value, file) of the ``path`` keys anywhere in a plain config that name existing
+    files (a workload's trace; not a dataset name), found where the loaders find them
+    (``tables.launch_path``: a relative path from the directory the user ran in)."""
+    from harness.workloads.tables import launch_path
+
     if isinstance(node, dict):
         found = []
         for key, value in node.items():
-            if key == "path" and isinstance(value, str) and os.path.isfile(os.path.expanduser(value)):
-                found.append(os.path.expanduser(value))  # (the loaders expand ~ too)
+            if key == "path" and isinstance(value, str) and launch_path(value).is_file():
+                found.append((os.path.expanduser(value), launch_path(value)))
             else:
                 found += _input_files(value)
         return found
     if isinstance(node, list):
-        return [path for item in node for path in _input_files(item)]
+        return [pair for item in node for pair in _input_files(item)]
     return []
 
 
@@ -182,9 +185,9 @@ def config_hash(cfg: Any) -> str:
         pass
     plain = {k: v for k, v in dict(cfg).items() if k not in DISPLAY_ONLY_KEYS}
     inputs = {}
-    for path in _input_files(plain):
+    for value, path in _input_files(plain):
         stat = os.stat(path)
-        inputs[path] = _input_sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+        inputs[value] = _input_sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
     if inputs:
         plain["__input_sha256__"] = inputs
     text = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=str)

@@ -250,6 +250,30 @@ def test_a_rerun_sweep_skips_jobs_with_complete_results_for_the_same_config(tmp_
     assert existing_complete_results(sweep / "1", job0["config_hash"]) is None
 
 
+def test_an_edited_relative_trace_is_run_again_with_hydra_job_chdir(tmp_path):
+    """hydra.job.chdir=true: the run's cwd is its run directory, but a relative trace path
+    is the user's; the hash must read the trace the loader reads."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("i,o\n" + "".join(f"{10 + k},{4 + k}\n" for k in range(8)))
+
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            harness_cmd("workload=table", "workload.path=trace.csv", "workload.input_column=i",
+                        "workload.output_column=o", "systems=[paged]", "jobs=1",
+                        "progress=false", "report=false", "hydra.job.chdir=true",
+                        f"hydra.run.dir={tmp_path / 'run'}"),
+            cwd=tmp_path, capture_output=True, text=True, timeout=180,
+            env=env(PYTHONPATH=str(ROOT)))
+
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert "skipped:" in run().stderr  # unchanged: the same job
+    trace.write_text(trace.read_text().replace("17,11", "99,11"))
+    edited = run()
+    assert edited.returncode == 0 and "skipped:" not in edited.stderr, edited.stderr
+    assert (tmp_path / "run" / "previous" / "1" / "results.json").is_file()  # the first run's
+
+
 def test_config_hash_ignores_display_only_keys_and_tracks_everything_else():
     cfg = {"block_size": 16, "seed": 0, "progress": True, "workload": {"num_requests": 4}}
     assert config_hash(cfg) == config_hash({**cfg, "progress": False})

@@ -38,11 +38,17 @@ class Table:
         return len(self.lines)
 
 
+def launch_path(path: str) -> Path:
+    """``path`` (``~`` expanded) taken from the directory the user ran in, not Hydra's run
+    directory (``hydra.job.chdir=true``): where the loaders read it and the config hash
+    (``harness.results.config_hash``) hashes it."""
+    candidate = Path(os.path.expanduser(path))
+    return candidate if candidate.is_absolute() else _launch_dir() / candidate
+
+
 def resolve_path(path: str, where: str = "workload") -> Path:
     """``path`` as an existing file; relative paths are taken from the directory the user ran in."""
-    candidate = Path(os.path.expanduser(path))
-    if not candidate.is_absolute():
-        candidate = _launch_dir() / candidate
+    candidate = launch_path(path)
     if candidate.is_dir():
         raise ConfigError(f"{where}.path: {candidate} is a directory: name the trace file in it")
     if not candidate.is_file():
