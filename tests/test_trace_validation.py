@@ -319,10 +319,27 @@ def test_timestamps_centuries_apart_are_exact_not_overflowed(tmp_path):
     assert [r.arrival_time for r in workload.requests] == [0.0, days * 86400 + 0.5]
 
 
-def test_an_absurd_rate_is_a_config_error_not_infinite_arrivals():
-    with pytest.raises(ConfigError, match="arrives at t=inf s"):
+@pytest.mark.parametrize("rate, message", [
+    (1e-308, r"^workload\.arrival\.rate: 1e-308 requests/s spreads 20 requests over inf s, beyond "
+             r"what the clock resolves \(at most 9\.01e\+10 s, to 1e-05 s\)"),
+    (1e-300, r"^workload\.arrival\.rate: 1e-300 requests/s spreads 20 requests over [\d.]+e\+301 s"),
+    (1e-11, r"^workload\.arrival\.rate: 1e-11 requests/s spreads 20 requests over"),  # finite
+    (1e300, r"^workload\.arrival\.rate: 1e\+300 requests/s puts arrivals closer than the "
+            r"clock's 1e-05 s resolution; for requests that all arrive at once use "
+            r"workload\.arrival\.process=offline")])
+def test_an_arrival_rate_the_clock_cannot_resolve_is_a_config_error(rate, message):
+    with pytest.raises(ConfigError, match=message):
         build_workload({**preset("sharegpt_like"), "num_requests": 20,
-                        "arrival": {"process": "poisson", "rate": 1e-308}}, seed=0, max_model_len=4096)
+                        "arrival": {"process": "poisson", "rate": rate}}, seed=0, max_model_len=4096)
+    build_workload({**preset("sharegpt_like"), "num_requests": 20,  # a slow but real rate
+                    "arrival": {"process": "poisson", "rate": 1e-4}}, seed=0, max_model_len=4096)
+
+
+def test_trace_times_stretched_beyond_the_clock_are_a_config_error(tmp_path):
+    path = azure_file(tmp_path, "2020-01-01 00:00:00,10,5", "2020-01-01 00:00:01,10,5")
+    with pytest.raises(ConfigError, match=r"a request arrives at t=1e\+11 s: .* beyond what the "
+                                          r"clock resolves \(at most 9\.01e\+10 s"):
+        load("azure_conv", path, arrival={"process": "trace", "time_scale": 1e11})
 
 
 def test_an_absurd_mean_length_is_a_config_error_not_an_int64_overflow():
