@@ -83,13 +83,41 @@ def write_table(path: Path, frame: pd.DataFrame) -> None:
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
+class RepeatedKey(ValueError):
+    """A JSON object names a key twice (``STRICT_JSON``): which value is meant is ambiguous."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} appears twice in one object (which value is meant "
+                         "is ambiguous)")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise RepeatedKey(key)
+        out[key] = value
+    return out
+
+
+# Every JSON input is decoded by this: a repeated key is an error (as a CSV column named
+# twice is), not its last value. Nesting deeper than Python's recursion limit raises
+# RecursionError, which the readers report as TOO_DEEP.
+STRICT_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys)
+TOO_DEEP = "nested too deeply to read (arrays or objects inside one another, thousands deep)"
+
+
 def read_json(path: Path, missing: str = "file not found") -> Any:
     """The JSON data in ``path``; an InputError naming the file (``missing`` when it does
-    not exist) when it cannot be read or is not JSON."""
+    not exist) when it cannot be read or is not JSON (``STRICT_JSON``)."""
     from harness.errors import InputError
 
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return STRICT_JSON.decode(Path(path).read_text(encoding="utf-8"))
+    except RepeatedKey as exc:
+        raise InputError(str(exc), path=str(path)) from None
+    except RecursionError:
+        raise InputError(TOO_DEEP, path=str(path)) from None
     except FileNotFoundError:
         raise InputError(missing, path=str(path)) from None
     except IsADirectoryError:
@@ -247,8 +275,8 @@ def existing_complete_results(out_dir: Path, cfg_hash: str) -> Path | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = STRICT_JSON.decode(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None  # unreadable: run again and overwrite it
     if (isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION
             and data.get("complete") is True and data.get("config_hash") == cfg_hash):

@@ -139,8 +139,8 @@ def _job_dirs(sweep_dir: Path, depth: int = 3) -> list[Path]:
 
     def walk(path: Path, level: int) -> None:
         for child in sorted(path.iterdir(), key=lambda p: (len(p.name), p.name)):
-            if not child.is_dir() or child.name in _SKIP_DIRS:
-                continue
+            if not child.is_dir() or child.is_symlink() or child.name in _SKIP_DIRS:
+                continue  # (a link may lead out of the sweep: its job is not this sweep's)
             if (child / ".hydra" / "overrides.yaml").exists() or (child / "results.json").exists() \
                     or (child / "kernel_results.json").exists():
                 found.append(child)

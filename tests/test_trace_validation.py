@@ -192,6 +192,11 @@ def test_a_trace_of_another_kind_says_so_at_its_first_record(tmp_path):
      "not a list"),
     ('{"timestamp": "soon", "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}', "timestamp",
      "not a number"),
+    # a key named twice: which value is meant cannot be told (as with a CSV column named twice)
+    ('{"timestamp": 1, "input_length": 600, "output_length": 5, "input_length": 9, "hash_ids": [0, 1]}',
+     None, "the key 'input_length' appears twice in one object"),
+    ('{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": ' + "[" * 100_000
+     + "]" * 100_000 + "}", None, "nested too deeply to read"),
 ])
 def test_a_malformed_mooncake_line_names_file_line_and_field(tmp_path, bad, field, fragment):
     path = mooncake_file(tmp_path, MOON_GOOD, "", bad, MOON_GOOD)
@@ -355,3 +360,20 @@ def test_a_timestamp_going_backwards_names_the_row_it_goes_back_from(tmp_path):
                       "2023-11-16 18:15:48.0,10,5")
     raises_at("azure_conv", path, 4, "TIMESTAMP",
               "'2023-11-16 18:15:48.0' is earlier than line 3's '2033-11-16 18:15:47.0'")
+
+
+def test_a_json_array_trace_with_a_repeated_key_or_deep_nesting_names_the_record(tmp_path):
+    path = tmp_path / "trace.json"
+    good = {"conversations": [{"from": "human", "value": "hi there"}, {"from": "gpt", "value": "ok"}]}
+    path.write_text("[\n" + json.dumps(good) + ",\n" + '{"conversations": [], "conversations": []}'
+                    + "\n]\n")
+    raises_at("sharegpt", path, 3, None, "the key 'conversations' appears twice in one object")
+    path.write_text("[\n" + json.dumps(good) + ",\n" + "[" * 100_000 + "]" * 100_000 + "\n]\n")
+    raises_at("sharegpt", path, 3, None, "nested too deeply to read")
+
+
+def test_an_unterminated_csv_quote_names_the_line_it_opens_on(tmp_path):
+    path = azure_file(tmp_path, "2023-11-16 18:15:50.0,10,5", "", '"2023-11-16 18:15:51.0,10,5',
+                      "2023-11-16 18:15:52.0,10,5", "2023-11-16 18:15:53.0,10,5")
+    raises_at("azure_conv", path, 4, None, "unterminated quote: the quoted field that starts on "
+                                           "this line is never closed")
