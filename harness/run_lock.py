@@ -50,6 +50,7 @@ def claim_run_dir(out_dir: Path) -> Iterator[None]:
             yield
         finally:
             _claims.pop(key, None)
+            os.ftruncate(fd, 0)  # the token dies with the run (and the directory is as it was)
     finally:
         os.close(fd)  # (releases the flock, once no worker holds the inherited descriptor)
 
