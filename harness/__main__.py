@@ -6,13 +6,14 @@ outputs there are moved to ``previous/<n>/`` first, never overwritten), 1 Hydra 
 the command line (e.g. an override's syntax; a sweep with a failed job), 2 a config or
 input error (the message says what to fix; a key the config does not have is named with
 the closest valid one, by ``harness.override_check``, before Hydra composes anything),
-130 interrupted (what had run is written, marked incomplete). The config is checked
+130 interrupted by Ctrl-C or SIGTERM (what had run is written, marked incomplete). The config is checked
 (``check_config``: the specs the run builds) before an earlier run's outputs are moved
 aside, so a config error leaves the run directory as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -27,9 +28,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness.config import wants_report
 from harness.errors import ConfigError, PagebenchError
+from harness.interrupts import terminate_as_interrupt
 from harness.rejections import SERVED_NOTHING
 from harness.fileio import atomic_write_text
 from harness.results import config_hash, existing_complete_results, set_aside_previous_run
+from harness.run_lock import claim_run_dir
 from reports.summary import print_run_summary
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -44,6 +47,7 @@ class SweepJobError(CompactHydraException):
 def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     previous = None
+    run_lock = contextlib.ExitStack()
     try:
         try:
             resolved_yaml = OmegaConf.to_yaml(cfg, resolve=True)
@@ -55,6 +59,7 @@ def main(cfg: DictConfig) -> None:
         # every check of the config before the directory changes: a config error leaves an
         # earlier run's outputs where they are
         prepared = check_config(cfg)
+        run_lock.enter_context(claim_run_dir(out_dir))  # one run at a time in out_dir
         if mode != "kernels" and not os.environ.get("PAGEBENCH_RERUN"):
             done = existing_complete_results(out_dir, cfg_hash)
             if done is not None:
@@ -107,6 +112,8 @@ def main(cfg: DictConfig) -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        run_lock.close()
     if results.get("stop_reason") == "interrupted":
         sys.exit(130)
     if not results.get("complete", True):
@@ -200,5 +207,6 @@ def _refuse_unknown_overrides() -> None:
 
 
 if __name__ == "__main__":
+    terminate_as_interrupt()  # SIGTERM (CI cancel, SLURM, timeout) is handled as Ctrl-C
     _refuse_unknown_overrides()
     main()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -399,6 +400,9 @@ def validate_block_size(value: Any) -> int:
     return value
 
 
+SYSTEM_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # steps_<name>.csv: never a path
+
+
 def select_systems(names: Any, catalog: Mapping[str, Any], block_size: int) -> list[SystemSpec]:
     """The systems named in ``systems=[...]``, from the ``allocator`` catalog."""
     names = to_plain(names)
@@ -413,6 +417,10 @@ def select_systems(names: Any, catalog: Mapping[str, Any], block_size: int) -> l
                           f"e.g. systems=[paged,max]; got {names!r}")
     if not names:
         raise ConfigError(f"systems: name at least one system; known: {', '.join(catalog)}")
+    for key, name in [*((f"allocator.{n}", n) for n in catalog), *(("systems", n) for n in names)]:
+        if not SYSTEM_NAME.fullmatch(str(name)) or name in (".", ".."):  # names files
+            raise ConfigError(f"{key}: system name {name!r} must be a plain name (letters, "
+                              "digits, '_', '-', '.'): it names the run's files")
     specs = []
     for name in names:
         if name not in catalog:

@@ -27,6 +27,11 @@ class InputError(PagebenchError, ValueError):
         self.path, self.line, self.field = path, line, field
 
 
+class OutputError(PagebenchError, OSError):
+    """An output cannot be written (disk full, read-only, a file where a directory must
+    be); the message names the path and why. Nothing half-written is left behind."""
+
+
 def did_you_mean(name: str, valid: Iterable[str]) -> str:
     """" Did you mean 'x'?" for the closest valid name to a misspelt one, or ""."""
     close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)

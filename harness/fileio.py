@@ -1,16 +1,17 @@
 """File I/O every package may use: atomic writes (never a half-written file) and one
-JSON reader whose errors name the file. Imports nothing of the project but
-``harness.errors``, so kernels/ and reports/ use it without importing the harness."""
+strict JSON reader whose errors name the file. Imports nothing of the project but
+``harness.errors`` and ``harness.run_lock`` (the owner check), so kernels/ and reports/ use it without importing the harness."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InputError
+from harness.errors import InputError, OutputError
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # (read by setting it: put it back)
@@ -23,19 +24,39 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file."""
+    """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file,
+    and none into a run directory another run owns now (``run_lock.check_owner``). An
+    ``OSError`` (disk full, read-only) becomes an ``OutputError`` naming the path."""
+    from harness.run_lock import check_owner
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         os.chmod(tmp, FILE_MODE)  # mkstemp makes it 0600: give it a plain file's mode
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        check_owner(path.parent)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise OutputError(f"{path}: cannot write it: {_why(exc, path)}") from None
         raise
+
+
+def _why(exc: OSError, path: Path) -> str:
+    """What an OSError writing ``path`` means, in words."""
+    if exc.errno == errno.ENOSPC:
+        return "no space left on the device (free some, or write elsewhere: hydra.run.dir=...)"
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"{exc.strerror} (a read-only or protected directory: write elsewhere)"
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+        return f"{blocking} is a file, not a directory"
+    return exc.strerror or str(exc)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -43,11 +64,39 @@ def write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+class RepeatedKey(ValueError):
+    """A JSON object names a key twice (``STRICT_JSON``): which value is meant is ambiguous."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} appears twice in one object (which value is meant "
+                         "is ambiguous)")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise RepeatedKey(key)
+        out[key] = value
+    return out
+
+
+# Every JSON input is decoded by this: a repeated key is an error (as a CSV column named
+# twice is), not its last value. Nesting deeper than Python's recursion limit raises
+# RecursionError, which the readers report as TOO_DEEP.
+STRICT_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys)
+TOO_DEEP = "nested too deeply to read (arrays or objects inside one another, thousands deep)"
+
+
 def read_json(path: Path, missing: str = "file not found") -> Any:
     """The JSON data in ``path``; an InputError naming the file (``missing`` when it does
-    not exist) when it cannot be read or is not JSON."""
+    not exist) when it cannot be read or is not JSON (``STRICT_JSON``)."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return STRICT_JSON.decode(Path(path).read_text(encoding="utf-8"))
+    except RepeatedKey as exc:
+        raise InputError(str(exc), path=str(path)) from None
+    except RecursionError:
+        raise InputError(TOO_DEEP, path=str(path)) from None
     except FileNotFoundError:
         raise InputError(missing, path=str(path)) from None
     except IsADirectoryError:

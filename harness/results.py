@@ -10,7 +10,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.fileio import atomic_write_bytes, read_json
+from harness.errors import OutputError
+from harness.fileio import STRICT_JSON, atomic_write_bytes, read_json
 
 if TYPE_CHECKING:  # pandas is imported lazily: the gate CLI does not need it
     import pandas as pd
@@ -65,19 +66,22 @@ def read_results(path: Path) -> dict:
 DISPLAY_ONLY_KEYS = ("progress", "jobs", "report")
 
 
-def _input_files(node: Any) -> list[str]:
-    """The values of ``path`` keys anywhere in a plain config that name existing files
-    (a workload's trace; not a dataset name)."""
+def _input_files(node: Any) -> list[tuple[str, Path]]:
+    """(value, file) of the ``path`` keys anywhere in a plain config that name existing
+    files (a workload's trace; not a dataset name), found where the loaders find them
+    (``tables.launch_path``: a relative path from the directory the user ran in)."""
+    from harness.workloads.tables import launch_path
+
     if isinstance(node, dict):
         found = []
         for key, value in node.items():
-            if key == "path" and isinstance(value, str) and os.path.isfile(os.path.expanduser(value)):
-                found.append(os.path.expanduser(value))  # (the loaders expand ~ too)
+            if key == "path" and isinstance(value, str) and launch_path(value).is_file():
+                found.append((os.path.expanduser(value), launch_path(value)))
             else:
                 found += _input_files(value)
         return found
     if isinstance(node, list):
-        return [path for item in node for path in _input_files(item)]
+        return [pair for item in node for pair in _input_files(item)]
     return []
 
 
@@ -112,9 +116,9 @@ def config_hash(cfg: Any) -> str:
         pass
     plain = {k: v for k, v in dict(cfg).items() if k not in DISPLAY_ONLY_KEYS}
     inputs = {}
-    for path in _input_files(plain):
+    for value, path in _input_files(plain):
         stat = os.stat(path)
-        inputs[path] = _input_sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+        inputs[value] = _input_sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
     if inputs:
         plain["__input_sha256__"] = inputs
     text = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=str)
@@ -144,14 +148,28 @@ def set_aside_previous_run(out_dir: Path) -> Path | None:
                     if path.is_file()})
     if [path.name for path in found] in ([], ["config_resolved.yaml"]):
         return None  # nothing, or all that a run stopped by its bad input leaves: replace it
-    n = 1
-    while (out_dir / PREVIOUS_DIR / str(n)).exists():
-        n += 1
-    dest = out_dir / PREVIOUS_DIR / str(n)
-    dest.mkdir(parents=True)
-    for path in found:
-        os.replace(path, dest / path.name)
+    dest = next_previous_dir(out_dir)
+    try:
+        dest.mkdir(parents=True)
+        for path in found:
+            os.replace(path, dest / path.name)
+    except OSError as exc:
+        raise OutputError(f"{dest}: cannot move the earlier run's outputs there: "
+                          f"{_why(exc, dest / 'x')}") from None
     return dest
+
+
+def next_previous_dir(out_dir: Path) -> Path:
+    """``out_dir/previous/<n>``, the first n = 1, 2, ... that is free; an ``OutputError``
+    when ``previous`` is there but not a directory."""
+    previous = Path(out_dir) / PREVIOUS_DIR
+    if previous.exists() and not previous.is_dir():
+        raise OutputError(f"{previous}: is a file; pagebench moves earlier runs' outputs into "
+                          f"a directory of that name: move the file away")
+    n = 1
+    while (previous / str(n)).exists():
+        n += 1
+    return previous / str(n)
 
 
 def existing_complete_results(out_dir: Path, cfg_hash: str) -> Path | None:
@@ -160,8 +178,8 @@ def existing_complete_results(out_dir: Path, cfg_hash: str) -> Path | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = STRICT_JSON.decode(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None  # unreadable: run again and overwrite it
     if (isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION
             and data.get("complete") is True and data.get("config_hash") == cfg_hash):

@@ -16,7 +16,7 @@ import platform
 import signal
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -32,10 +32,10 @@ from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
 from harness.metrics import memory_summary, serving_summary
-from harness.processes import fork_is_safe, forking, usable_cpus
+from harness.processes import fork_is_safe, forking, usable_cpus, worker_pool
 from harness.progress import ParallelBars, publish, shared_progress
 from harness.reuse import reuse_earlier
-from harness.interrupts import InterruptFlag, deferred_interrupt
+from harness.interrupts import STOP_SIGNALS, InterruptFlag, deferred_interrupt
 from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.fileio import write_json
 from harness.results import SCHEMA_VERSION, config_hash, write_table
@@ -195,8 +195,8 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     run_info["wall_time_s"] = round(time.perf_counter() - total_start, 3)
     if telemetry_rows:
         write_table(out_dir / "nvml_samples.csv", pd.DataFrame(telemetry_rows))
-    write_json(out_dir / "results.json", results)
     write_json(out_dir / "run_info.json", run_info)
+    write_json(out_dir / "results.json", results)  # last: when it is there, the rest is
     if report:
         from reports.render import render_run_report
 
@@ -300,7 +300,7 @@ def _run_parallel(systems: list[SystemSpec], context: RunContext, jobs: int,
     """Run the systems in ``jobs`` worker processes, recording each as it finishes; with
     ``show_progress`` the parent draws a bar per system from the workers' shared progress.
 
-    Workers ignore SIGINT; on Ctrl-C the parent raises a shared stop flag: running
+    Workers ignore SIGINT and SIGTERM; on either the parent raises a shared stop flag: running
     systems stop after their current step (recorded as interrupted), the others never start.
     """
     print(f"  running {len(systems)} systems in {jobs} processes", file=sys.stderr)
@@ -310,8 +310,8 @@ def _run_parallel(systems: list[SystemSpec], context: RunContext, jobs: int,
     bars = (ParallelBars([s.name for s in systems], len(context.workload.requests), progress)
             if show_progress else None)
     shared = pickle.dumps(context, protocol=pickle.HIGHEST_PROTOCOL)  # keeps arrays read-only
-    with ProcessPoolExecutor(jobs, mp_context=mp, initializer=_init_worker,
-                             initargs=(shared, stop, progress)) as pool:
+    with worker_pool(jobs, mp, initializer=_init_worker,
+                     initargs=(shared, stop, progress)) as pool:
         try:
             with forking():  # the workers start at the first submit
                 pending = {pool.submit(_run_in_worker, system, i) for i, system in enumerate(systems)}
@@ -350,9 +350,11 @@ _worker_progress: Any = None  # the parent's progress slots (harness.progress)
 
 
 def _init_worker(shared: bytes, stop: Any, progress: Any = None) -> None:
-    """Worker start: leave Ctrl-C to the parent, unpickle the run's shared context once."""
+    """Worker start: leave Ctrl-C and SIGTERM to the parent (``scancel`` signals every
+    process), unpickle the run's shared context once."""
     global _worker_context, _worker_stop, _worker_progress
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     _worker_context = pickle.loads(shared)
     _worker_stop = stop
     _worker_progress = progress

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cli_args import check_seed
-from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, build_spec,
-                            select_systems, validate_block_size)
+from harness.config import (GIB, MAX_KV_SLOTS, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
+                            build_spec, select_systems, validate_block_size)
 from harness.errors import ConfigError
 
 # The top-level keys every run builds from: deleting one (~seed) is refused.
@@ -38,6 +38,7 @@ class RunSetup:
 def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     """The specs of ``cfg`` (a composed config or its plain dict), for its ``systems`` or
     the given ones; raises ``ConfigError`` naming the key at fault."""
+    from harness.memory_estimate import check_run_fits
     from harness.workloads.build import parse_workload
 
     missing = [key for key in REQUIRED_KEYS if key not in cfg and (key != "systems" or not systems)]
@@ -49,6 +50,11 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     engine = build_spec(EngineSpec, cfg["engine"], "engine")
     block_size = validate_block_size(cfg["block_size"])
     seed = check_seed(cfg["seed"])
+    max_swap_gib = MAX_KV_SLOTS * model.bytes_per_slot / GIB
+    if engine.swap_space_gib > max_swap_gib:  # (1e30 overflowed building the CPU pool)
+        raise ConfigError(f"engine.swap_space_gib: at most {max_swap_gib:,.0f} GiB for "
+                          f"{model.name} ({MAX_KV_SLOTS:,} slots: slot numbers are int32), "
+                          f"got {engine.swap_space_gib!r}")
     max_model_len = engine.max_model_len or model.max_context
     if max_model_len > model.max_context:
         raise ConfigError(f"engine.max_model_len={max_model_len} exceeds {model.name}'s context "
@@ -61,7 +67,7 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
             "engine.chunked_prefill=true")
     specs = select_systems(cfg["systems"] if systems is None else systems, cfg["allocator"],
                            block_size)
-    parse_workload(cfg["workload"])
+    check_run_fits(parse_workload(cfg["workload"])[1])  # 10^9 requests: refused, not OOM-killed
     return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs)
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Callable
 
 from matplotlib.figure import Figure
 
-from harness.processes import fork_is_safe, forking, usable_cpus
+from harness.processes import fork_is_safe, forking, usable_cpus, worker_pool
 from reports.figures import to_data_uri
 from reports.html import figure
 
@@ -56,9 +55,8 @@ def draw(builders: list[Callable[[], Figure]]) -> list[str]:
     _BUILDERS = builders
     try:
         context = multiprocessing.get_context("fork")
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                   initializer=signal.signal,
-                                   initargs=(signal.SIGINT, signal.SIG_IGN))
+        pool = worker_pool(workers, context, initializer=signal.signal,
+                           initargs=(signal.SIGINT, signal.SIG_IGN))
         try:
             with forking():  # the workers start at the first of map's submits
                 uris = list(pool.map(_draw_one, range(len(builders))))

@@ -24,7 +24,7 @@ import yaml
 
 from harness.errors import InputError
 from harness.fileio import atomic_write_text
-from harness.results import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, read_results
+from harness.results import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, next_previous_dir, read_results
 from reports import figures as F
 from reports.figure_batch import PendingFigure, resolve
 from reports.html import absent, esc, page, table
@@ -118,10 +118,7 @@ def set_aside_earlier_jobs(sweep_dir: Path, planned: list[list[str]]) -> tuple[P
              if tuple(sorted(_overrides(path))) not in wanted]
     if not stale:
         return None, 0
-    n = 1
-    while (sweep_dir / PREVIOUS_DIR / str(n)).exists():
-        n += 1
-    dest = sweep_dir / PREVIOUS_DIR / str(n)
+    dest = next_previous_dir(sweep_dir)
     sweep_files = [sweep_dir / name for name in ("multirun.yaml", REPORT_NAME, TABLE_NAME)]
     for path in stale + [path for path in sweep_files if path.is_file()]:
         target = dest / path.relative_to(sweep_dir)
@@ -142,8 +139,8 @@ def _job_dirs(sweep_dir: Path, depth: int = 3) -> list[Path]:
 
     def walk(path: Path, level: int) -> None:
         for child in sorted(path.iterdir(), key=lambda p: (len(p.name), p.name)):
-            if not child.is_dir() or child.name in _SKIP_DIRS:
-                continue
+            if not child.is_dir() or child.is_symlink() or child.name in _SKIP_DIRS:
+                continue  # (a link may lead out of the sweep: its job is not this sweep's)
             if (child / ".hydra" / "overrides.yaml").exists() or (child / "results.json").exists() \
                     or (child / "kernel_results.json").exists():
                 found.append(child)

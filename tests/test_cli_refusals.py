@@ -46,6 +46,17 @@ REFUSED = {
     "nested_systems": (["systems=[[paged]]"], "systems: must be a list of system names"),
     "mapping_systems": (["systems={a:paged}"], "systems: must be a list"),
     "catalog_entry": (["allocator.paged=3"], "allocator.paged: must be a mapping"),
+    # more than the machine holds: refused before a request is generated, not OOM-killed
+    "too_many_requests": (["workload=fixed", "workload.num_requests=1000000000000"],
+                          "workload.num_requests: 1,000,000,000,000 requests need at least "
+                          "931,322.6 GiB (1000 bytes each), more than the"),
+    "swap_overflow": (["engine.swap_space_gib=1e30"],
+                      "engine.swap_space_gib: at most 1,638,400 GiB for llama-2-13b"),
+    # a system's name names its tables (steps_<name>.csv): never a path out of the run directory
+    "system_name_path": (["systems=[x/../../../escaped]",
+                          "+allocator={x/../../../escaped:{kind:contiguous,policy:max}}"],
+                         "allocator.x/../../../escaped: system name 'x/../../../escaped' must "
+                         "be a plain name (letters, digits, '_', '-', '.')"),
     # seeds: the serving run's check, also in studies
     "seed_float": (["seed=1.5"], "seed: must be a non-negative integer, got 1.5"),
     "study_seed_negative": ([*STUDY, "seed=-3"], "seed: must be a non-negative integer, got -3"),
@@ -93,7 +104,8 @@ def good_run(tmp_path_factory, run_cli):
 
 def _snapshot(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-            if p.is_file() and ".hydra" not in p.parts and p.suffix != ".log"}
+            if p.is_file() and ".hydra" not in p.parts and p.suffix != ".log"
+            and p.name != ".pagebench.lock"}  # (the directory's lock stays where it is)
 
 
 @pytest.mark.parametrize("bad", [["engine.gpu_memory_utilization=0"], ['block_size="16"'],
@@ -204,3 +216,16 @@ def test_check_config_passes_the_default_config_and_prepares_a_study():
         prepared = check_config(compose(config_name="config",
                                         overrides=["experiment=vllm_fig2", "study.scale=0.05"]))
     assert prepared.name == "vllm_fig2"
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "a\\b", "", "a b", "x\n"])
+def test_system_names_are_plain_names(name):
+    from harness.config import select_systems
+
+    catalog = {"paged": {"kind": "paged"}, name: {"kind": "contiguous", "policy": "max"}}
+    with pytest.raises(ConfigError, match=rf"^allocator\.{re.escape(name)}: system name "):
+        select_systems(["paged"], catalog, 16)  # every catalog entry, selected or not
+    with pytest.raises(ConfigError, match=r"^systems: system name "):
+        select_systems([name], {"paged": {"kind": "paged"}}, 16)
+    assert [s.name for s in select_systems(["v1.2_x-y"], {"v1.2_x-y": {"kind": "paged"}}, 16)] \
+        == ["v1.2_x-y"]

@@ -419,3 +419,15 @@ def test_rules_that_match_no_metric_do_not_pass(tmp_path, baseline, capsys):
     code, report = run_gate(tmp_path, make_results(), baseline, "--rules", str(rules))
     assert code == 2 and report is None
     assert f"{rules}: 0 checks made: no rule matches" in capsys.readouterr().err
+
+
+def test_an_out_path_that_cannot_be_written_is_bad_input_not_a_regression(tmp_path, baseline,
+                                                                          capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("a file, not a directory")
+    run = write(tmp_path / "cur" / "results.json", make_results())
+    assert gate.main([str(run), "--baseline", str(baseline), "--out", str(taken)]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert errors == [f"error: {taken / 'gate.json'}: cannot write it: {taken} is a file, not "
+                      "a directory"]
+    assert taken.read_text() == "a file, not a directory"

@@ -4,6 +4,7 @@ byte-identical results for a seed, and sweeps that skip jobs already done."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -156,7 +157,8 @@ def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(
 
 
 # ------------------------------------------------------------- interruption
-def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path, run_cli):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])  # SIGTERM: CI cancel, SLURM
+def test_ctrl_c_or_sigterm_writes_what_has_run_marked_incomplete(tmp_path, run_cli, signum):
     # jobs=1: systems one after the other (tests/test_run_parallel.py interrupts jobs=2)
     proc = run_cli.start(tmp_path, "workload=sharegpt_like", "workload.num_requests=5000",
                          "systems=[paged,max]", "jobs=1")
@@ -167,7 +169,7 @@ def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path, run_cli):
     while "paged:" not in "".join(err) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)  # the progress bar: the engine loop has started
     time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     proc.wait(timeout=120)
     reader.join(timeout=10)
     stderr = "".join(err)
@@ -183,6 +185,21 @@ def test_ctrl_c_writes_what_has_run_marked_incomplete(tmp_path, run_cli):
     assert (tmp_path / "steps_paged.csv").exists() and (tmp_path / "report.html").exists()
     # an interrupted run is not "done": the same command runs it again
     assert existing_complete_results(tmp_path, results["config_hash"]) is None
+
+
+def test_sigterm_outside_a_run_unwinds_as_ctrl_c_does():
+    """Between a sweep's jobs: KeyboardInterrupt, so the process exits through atexit (where a
+    stopped sweep draws the report of the jobs that finished), not killed outright."""
+    from harness.interrupts import terminate_as_interrupt
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        terminate_as_interrupt()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # (the handler runs at the next bytecode)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # ---------------------------------------------------------- sweep re-runs
@@ -210,6 +227,27 @@ def test_a_rerun_sweep_skips_jobs_with_complete_results_for_the_same_config(tmp_
     job1 = json.loads((sweep / "1" / "results.json").read_text())
     assert existing_complete_results(sweep / "1", job1["config_hash"]) is not None
     assert existing_complete_results(sweep / "1", job0["config_hash"]) is None
+
+
+def test_an_edited_relative_trace_is_run_again_with_hydra_job_chdir(tmp_path, run_cli):
+    """hydra.job.chdir=true: the run's cwd is its run directory, but a relative trace path
+    is the user's; the hash must read the trace the loader reads."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("i,o\n" + "".join(f"{10 + k},{4 + k}\n" for k in range(8)))
+
+    def run():
+        return run_cli(tmp_path / "run", "workload=table", "workload.path=trace.csv",
+                       "workload.input_column=i", "workload.output_column=o", "systems=[paged]",
+                       "jobs=1", "progress=false", "report=false", "hydra.job.chdir=true",
+                       cwd=tmp_path, env={"PYTHONPATH": str(ROOT)}, timeout=180)
+
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert "skipped:" in run().stderr  # unchanged: the same job
+    trace.write_text(trace.read_text().replace("17,11", "99,11"))
+    edited = run()
+    assert edited.returncode == 0 and "skipped:" not in edited.stderr, edited.stderr
+    assert (tmp_path / "run" / "previous" / "1" / "results.json").is_file()  # the first run's
 
 
 def test_config_hash_ignores_display_only_keys_and_tracks_everything_else():

@@ -192,6 +192,11 @@ def test_a_trace_of_another_kind_says_so_at_its_first_record(tmp_path):
      "not a list"),
     ('{"timestamp": "soon", "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}', "timestamp",
      "not a number"),
+    # a key named twice: which value is meant cannot be told (as with a CSV column named twice)
+    ('{"timestamp": 1, "input_length": 600, "output_length": 5, "input_length": 9, "hash_ids": [0, 1]}',
+     None, "the key 'input_length' appears twice in one object"),
+    ('{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": ' + "[" * 100_000
+     + "]" * 100_000 + "}", None, "nested too deeply to read"),
 ])
 def test_a_malformed_mooncake_line_names_file_line_and_field(tmp_path, bad, field, fragment):
     path = mooncake_file(tmp_path, MOON_GOOD, "", bad, MOON_GOOD)
@@ -319,10 +324,27 @@ def test_timestamps_centuries_apart_are_exact_not_overflowed(tmp_path):
     assert [r.arrival_time for r in workload.requests] == [0.0, days * 86400 + 0.5]
 
 
-def test_an_absurd_rate_is_a_config_error_not_infinite_arrivals():
-    with pytest.raises(ConfigError, match="arrives at t=inf s"):
+@pytest.mark.parametrize("rate, message", [
+    (1e-308, r"^workload\.arrival\.rate: 1e-308 requests/s spreads 20 requests over inf s, beyond "
+             r"what the clock resolves \(at most 9\.01e\+10 s, to 1e-05 s\)"),
+    (1e-300, r"^workload\.arrival\.rate: 1e-300 requests/s spreads 20 requests over [\d.]+e\+301 s"),
+    (1e-11, r"^workload\.arrival\.rate: 1e-11 requests/s spreads 20 requests over"),  # finite
+    (1e300, r"^workload\.arrival\.rate: 1e\+300 requests/s puts arrivals closer than the "
+            r"clock's 1e-05 s resolution; for requests that all arrive at once use "
+            r"workload\.arrival\.process=offline")])
+def test_an_arrival_rate_the_clock_cannot_resolve_is_a_config_error(rate, message):
+    with pytest.raises(ConfigError, match=message):
         build_workload({**preset("sharegpt_like"), "num_requests": 20,
-                        "arrival": {"process": "poisson", "rate": 1e-308}}, seed=0, max_model_len=4096)
+                        "arrival": {"process": "poisson", "rate": rate}}, seed=0, max_model_len=4096)
+    build_workload({**preset("sharegpt_like"), "num_requests": 20,  # a slow but real rate
+                    "arrival": {"process": "poisson", "rate": 1e-4}}, seed=0, max_model_len=4096)
+
+
+def test_trace_times_stretched_beyond_the_clock_are_a_config_error(tmp_path):
+    path = azure_file(tmp_path, "2020-01-01 00:00:00,10,5", "2020-01-01 00:00:01,10,5")
+    with pytest.raises(ConfigError, match=r"a request arrives at t=1e\+11 s: .* beyond what the "
+                                          r"clock resolves \(at most 9\.01e\+10 s"):
+        load("azure_conv", path, arrival={"process": "trace", "time_scale": 1e11})
 
 
 def test_an_absurd_mean_length_is_a_config_error_not_an_int64_overflow():
@@ -338,3 +360,20 @@ def test_a_timestamp_going_backwards_names_the_row_it_goes_back_from(tmp_path):
                       "2023-11-16 18:15:48.0,10,5")
     raises_at("azure_conv", path, 4, "TIMESTAMP",
               "'2023-11-16 18:15:48.0' is earlier than line 3's '2033-11-16 18:15:47.0'")
+
+
+def test_a_json_array_trace_with_a_repeated_key_or_deep_nesting_names_the_record(tmp_path):
+    path = tmp_path / "trace.json"
+    good = {"conversations": [{"from": "human", "value": "hi there"}, {"from": "gpt", "value": "ok"}]}
+    path.write_text("[\n" + json.dumps(good) + ",\n" + '{"conversations": [], "conversations": []}'
+                    + "\n]\n")
+    raises_at("sharegpt", path, 3, None, "the key 'conversations' appears twice in one object")
+    path.write_text("[\n" + json.dumps(good) + ",\n" + "[" * 100_000 + "]" * 100_000 + "\n]\n")
+    raises_at("sharegpt", path, 3, None, "nested too deeply to read")
+
+
+def test_an_unterminated_csv_quote_names_the_line_it_opens_on(tmp_path):
+    path = azure_file(tmp_path, "2023-11-16 18:15:50.0,10,5", "", '"2023-11-16 18:15:51.0,10,5',
+                      "2023-11-16 18:15:52.0,10,5", "2023-11-16 18:15:53.0,10,5")
+    raises_at("azure_conv", path, 4, None, "unterminated quote: the quoted field that starts on "
+                                           "this line is never closed")

@@ -94,14 +94,14 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError("0 checks made: no rule matches a metric of these results or of "
                              "the baseline, and a gate that checks nothing does not pass",
                              path=args.rules)
+        passed = not any(r.verdict in FAILING for r in rows)
+        for line in table_lines(_shown(rows, args.failures_only)) or [
+                "(every check passed; see the report for the table)"]:
+            print(line)
+        write_report(rows, passed, Path(args.out))  # (a crash here would read as exit 1)
     except PagebenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    passed = not any(r.verdict in FAILING for r in rows)
-    for line in table_lines(_shown(rows, args.failures_only)) or [
-            "(every check passed; see the report for the table)"]:
-        print(line)
-    write_report(rows, passed, Path(args.out))
     failing = sum(r.verdict in FAILING for r in rows)
     print(f"gate: {'PASS' if passed else 'FAIL'}: {len(rows)} checks over {len(current)} jobs, "
           f"{failing} failing, {sum(r.verdict == 'improved' for r in rows)} improved "

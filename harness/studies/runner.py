@@ -13,14 +13,14 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Any, Callable
 
 import numpy as np
 
-from harness.processes import forking, usable_cpus
+from harness.processes import forking, usable_cpus, worker_pool
 
 
 def set_path(cfg: dict, dotted: str, value: Any) -> None:
@@ -210,7 +210,7 @@ def run_chains(chains: list[Chain], workers: int | None = None,
     else:
         # NOTE: fork keeps the parent's imports; each worker runs one job at a time. The
         # workers start at the first submit (inside forking()).
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"))
+        pool = worker_pool(workers, get_context("fork"))  # (workers end with this process)
         with forking(), pool:
             running = {}
             # longest chains first, so the slowest work starts early

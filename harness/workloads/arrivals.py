@@ -7,6 +7,13 @@ import numpy as np
 from harness.errors import ConfigError
 from harness.workloads.spec import ArrivalSpec
 
+# The finest time the simulated clock must tell apart: 1/200 of the sim's default step
+# overhead (conf/engine/sim.yaml: step_overhead_s 0.002).
+CLOCK_RESOLUTION_S = 1e-5
+# The latest arrival at which a float64 clock still resolves CLOCK_RESOLUTION_S
+# (2**53 of them: about 2,850 years); later, a step no longer advances the clock.
+MAX_ARRIVAL_S = 2.0**53 * CLOCK_RESOLUTION_S
+
 
 def generate_arrivals(spec: ArrivalSpec, n: int, rng: np.random.Generator,
                       where: str = "workload.arrival") -> np.ndarray:
@@ -22,14 +29,25 @@ def generate_arrivals(spec: ArrivalSpec, n: int, rng: np.random.Generator,
             f"{where}.process: 'trace' replays trace timestamps, and this workload has none; "
             "use poisson, gamma or offline (e.g. workload.arrival.process=poisson workload.arrival.rate=2)")
     assert spec.rate is not None  # ArrivalSpec checked it
+    if spec.rate > 1 / CLOCK_RESOLUTION_S:
+        raise ConfigError(
+            f"{where}.rate: {spec.rate:g} requests/s puts arrivals closer than the clock's "
+            f"{CLOCK_RESOLUTION_S:g} s resolution; for requests that all arrive at once use "
+            f"{where}.process=offline")
     if spec.process == "poisson":
         gaps = rng.exponential(1.0 / spec.rate, size=max(n - 1, 0))
     else:
         assert spec.cv is not None
         shape = 1.0 / spec.cv**2
         gaps = rng.gamma(shape, 1.0 / (spec.rate * shape), size=max(n - 1, 0))
-    with np.errstate(over="ignore"):  # an absurd rate: infinite times, refused when the
-        return np.concatenate([[0.0], np.cumsum(gaps)])[:n]  # workload is finalized
+    with np.errstate(over="ignore"):  # a rate of 1e-300: inf, refused below
+        times = np.concatenate([[0.0], np.cumsum(gaps)])[:n]
+    if n and not times[-1] <= MAX_ARRIVAL_S:
+        raise ConfigError(
+            f"{where}.rate: {spec.rate:g} requests/s spreads {n:,} requests over {times[-1]:g} s, "
+            f"beyond what the clock resolves (at most {MAX_ARRIVAL_S:.3g} s, to "
+            f"{CLOCK_RESOLUTION_S:g} s); use a larger rate")
+    return times
 
 
 def replay_arrivals(spec: ArrivalSpec, timestamps_s: np.ndarray, origin_s: float | None = None,

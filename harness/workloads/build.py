@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
 from harness.errors import ConfigError
+from harness.workloads.arrivals import CLOCK_RESOLUTION_S, MAX_ARRIVAL_S
 from harness.workloads.registry import BuildContext, Draft, Tally, clip_drafts, lookup
 from harness.workloads.request import Request
 from harness.workloads.spec import parse_spec, to_plain
@@ -65,12 +65,13 @@ def finalize(name: str, kind: str, drafts: list[Draft], tally: Tally, process: s
         raise ConfigError(
             f"workload {name!r} produced no requests ({tally.as_dict()}); widen the time window or "
             "filters, raise max_model_len (a longer-context model), or use workload.clip=truncate")
-    bad = next((d for d in drafts if not math.isfinite(d.arrival_time)), None)
+    bad = next((d for d in drafts if not d.arrival_time <= MAX_ARRIVAL_S), None)  # (nan, inf)
     if bad is not None:
         raise ConfigError(
-            f"workload {name!r}: a request arrives at t={bad.arrival_time} s: the arrival settings "
-            "(workload.arrival: rate, time_scale or target_rate) stretch time beyond what a float "
-            "holds; use a larger rate or a smaller time_scale")
+            f"workload {name!r}: a request arrives at t={bad.arrival_time:g} s: the arrival "
+            "settings (workload.arrival: rate, time_scale or target_rate) stretch time beyond "
+            f"what the clock resolves (at most {MAX_ARRIVAL_S:.3g} s, to {CLOCK_RESOLUTION_S:g} "
+            "s); use a larger rate or a smaller time_scale")
     order = sorted(range(len(drafts)), key=lambda i: drafts[i].arrival_time)  # stable
     requests = []
     for request_id, i in enumerate(order):

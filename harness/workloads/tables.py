@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from harness.errors import ConfigError, InputError
+from harness.fileio import STRICT_JSON, TOO_DEEP, RepeatedKey
 
 FORMATS = ("csv", "jsonl", "json", "parquet")
 _EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
@@ -38,11 +39,17 @@ class Table:
         return len(self.lines)
 
 
+def launch_path(path: str) -> Path:
+    """``path`` (``~`` expanded) taken from the directory the user ran in, not Hydra's run
+    directory (``hydra.job.chdir=true``): where the loaders read it and the config hash
+    (``harness.results.config_hash``) hashes it."""
+    candidate = Path(os.path.expanduser(path))
+    return candidate if candidate.is_absolute() else _launch_dir() / candidate
+
+
 def resolve_path(path: str, where: str = "workload") -> Path:
     """``path`` as an existing file; relative paths are taken from the directory the user ran in."""
-    candidate = Path(os.path.expanduser(path))
-    if not candidate.is_absolute():
-        candidate = _launch_dir() / candidate
+    candidate = launch_path(path)
     if candidate.is_dir():
         raise ConfigError(f"{where}.path: {candidate} is a directory: name the trace file in it")
     if not candidate.is_file():
@@ -118,7 +125,8 @@ def _check_named_once(path: Path, names: list[str], column: str, line: int | Non
 
 def _read_csv(path: Path, gzipped: bool, columns: Sequence[str]) -> Table:
     with _open_text(path, gzipped) as f:
-        reader = csv.reader(f)
+        reader = csv.reader(f, strict=True)  # (a quote never closed is an error, not the rest)
+        parsed_to = 0  # the last line of the last record read
         try:
             header = next(reader, None)
             while header is not None and not any(cell.strip() for cell in header):
@@ -126,7 +134,7 @@ def _read_csv(path: Path, gzipped: bool, columns: Sequence[str]) -> Table:
             if header is None:
                 raise InputError("the file is empty (expected a header row naming the columns)", path=str(path))
             names = [cell.strip() for cell in header]
-            header_line = reader.line_num
+            header_line = parsed_to = reader.line_num
             index = []
             for column in columns:
                 _check_named_once(path, names, column, header_line)
@@ -135,6 +143,7 @@ def _read_csv(path: Path, gzipped: bool, columns: Sequence[str]) -> Table:
             lines: list[int] = []
             errors: dict[int, tuple[str | None, str, str]] = {}
             for row in reader:
+                parsed_to = reader.line_num
                 if not row or (len(row) == 1 and not row[0].strip()):
                     continue  # blank line
                 width = len(row)
@@ -145,6 +154,10 @@ def _read_csv(path: Path, gzipped: bool, columns: Sequence[str]) -> Table:
                 for out, i in zip(values, index):
                     out.append(row[i] if i < width else None)
         except csv.Error as err:
+            if str(err) == "unexpected end of data":  # inside quotes at the end of the file
+                raise InputError("unterminated quote: the quoted field that starts on this line "
+                                 "is never closed (it runs to the end of the file)",
+                                 path=str(path), line=parsed_to + 1) from None
             raise InputError(f"malformed CSV: {err}", path=str(path), line=reader.line_num) from None
     return Table(str(path), "csv", dict(zip(columns, values)), lines, errors)
 
@@ -161,17 +174,20 @@ def iter_records(path: Path, gzipped: bool, fmt: str) -> Iterator[tuple[int, Any
                 if not line.strip():
                     continue
                 try:  # (without its line break: a string cut short is then "unterminated")
-                    yield line_no, json.loads(line.rstrip("\r\n")), None
+                    yield line_no, STRICT_JSON.decode(line.rstrip("\r\n")), None
                 except json.JSONDecodeError as err:
                     what = err.msg.removesuffix(" at")  # "Unterminated string starting at"
                     yield line_no, None, f"not valid JSON ({what} at column {err.colno})"
+                except RepeatedKey as err:
+                    yield line_no, None, str(err)
+                except RecursionError:
+                    yield line_no, None, TOO_DEEP
             return
         text = f.read()
     yield from _iter_json_array(text, str(path))
 
 
 def _iter_json_array(text: str, path: str) -> Iterator[tuple[int, Any, str | None]]:
-    decoder = json.JSONDecoder()
     ws = " \t\r\n"
     pos, line, counted = 0, 1, 0
 
@@ -197,9 +213,13 @@ def _iter_json_array(text: str, path: str) -> Iterator[tuple[int, Any, str | Non
     while True:
         start_line = line_at(pos)
         try:
-            record, pos = decoder.raw_decode(text, pos)
+            record, pos = STRICT_JSON.raw_decode(text, pos)
         except json.JSONDecodeError as err:
             raise InputError(f"not valid JSON: {err.msg}", path=path, line=err.lineno) from None
+        except RepeatedKey as err:
+            raise InputError(str(err), path=path, line=start_line) from None
+        except RecursionError:
+            raise InputError(TOO_DEEP, path=path, line=start_line) from None
         yield start_line, record, None
         pos = skip(pos)
         if pos < len(text) and text[pos] == ",":

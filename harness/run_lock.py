@@ -1,0 +1,99 @@
+"""Who owns a run directory: one run at a time, and no write from a process that lost it.
+
+A run takes ``claim_run_dir(out_dir)`` for its whole length: an exclusive ``flock`` on
+``out_dir/.pagebench.lock`` (a second run into the directory is refused while it is held;
+the kernel drops it when the holder dies, however it dies) and a fresh token written into
+that file. The token is this process's claim on the directory, inherited by its worker
+processes (``harness.processes.worker_pool``). ``check_owner`` runs immediately before
+each atomic rename (``harness.results.atomic_write_bytes``): a process whose claim is not
+the token in the lock file (a worker of a run killed with ``kill -9``, outlived by a later
+run) may not write there. Directories without a lock file (a sweep's top directory, a
+report written later) are anyone's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+from harness.errors import PagebenchError
+
+LOCK_NAME = ".pagebench.lock"
+
+# run directory (real path) -> this process's token for it
+_claims: dict[str, str] = {}
+
+
+class RunDirectoryBusy(PagebenchError):
+    """Another run holds the run directory, or took it over from this one."""
+
+
+@contextlib.contextmanager
+def claim_run_dir(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir`` for this run; ``RunDirectoryBusy`` (one line) when another run
+    holds it. Where ``fcntl`` is missing (Windows) only the token is checked."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock_path = out_dir / LOCK_NAME
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _lock_exclusively(fd, out_dir, lock_path)
+        token = f"{os.getpid()} {uuid.uuid4().hex}"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (token + "\n").encode("ascii"), 0)
+        key = os.path.realpath(out_dir)
+        _claims[key] = token
+        try:
+            yield
+        finally:
+            _claims.pop(key, None)
+            os.ftruncate(fd, 0)  # the token dies with the run (and the directory is as it was)
+    finally:
+        os.close(fd)  # (releases the flock, once no worker holds the inherited descriptor)
+
+
+def _lock_exclusively(fd: int, out_dir: Path, lock_path: Path) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_token(lock_path).split(" ")[0] or "?"
+        raise RunDirectoryBusy(
+            f"{out_dir}: another run (pid {holder}) is writing into this directory; wait for "
+            f"it to end or choose another (hydra.run.dir=...)") from None
+
+
+def check_owner(directory: Path) -> None:
+    """Raise ``RunDirectoryBusy`` when this process holds a claim on ``directory`` that is
+    no longer the one in its lock file (a later run took the directory over)."""
+    mine = _claims.get(os.path.realpath(directory)) if _claims else None
+    if mine is None:
+        return
+    current = _read_token(Path(directory) / LOCK_NAME)
+    if current != mine:
+        raise RunDirectoryBusy(f"{directory}: another run (pid {current.split(' ')[0] or '?'}) "
+                               f"owns this directory now; this process's output is not written")
+
+
+def _read_token(lock_path: Path) -> str:
+    try:
+        return lock_path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def held_claims() -> dict[str, str]:
+    """This process's claims, for a worker process to adopt."""
+    return dict(_claims)
+
+
+def adopt_claims(claims: dict[str, str]) -> None:
+    """In a worker process: write under the claims of the process that started it."""
+    _claims.clear()
+    _claims.update(claims)
