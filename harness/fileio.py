@@ -47,7 +47,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def _why(exc: OSError, path: Path) -> str:
+def _why(exc: OSError, path: Path) -> str:  # (also used by results.set_aside_previous_run)
     """What an OSError writing ``path`` means, in words."""
     if exc.errno == errno.ENOSPC:
         return "no space left on the device (free some, or write elsewhere: hydra.run.dir=...)"
@@ -108,3 +108,23 @@ def read_json(path: Path, missing: str = "file not found") -> Any:
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
                          line=exc.lineno) from None
+
+
+def launch_path(path: str) -> Path:
+    """``path`` (``~`` expanded) taken from the directory the user ran in, not Hydra's run
+    directory (``hydra.job.chdir=true``): where the loaders read it and the config hash
+    (``harness.results.config_hash``) hashes it."""
+    candidate = Path(os.path.expanduser(path))
+    return candidate if candidate.is_absolute() else _launch_dir() / candidate
+
+
+def _launch_dir() -> Path:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.utils import get_original_cwd
+
+        if HydraConfig.initialized():
+            return Path(get_original_cwd())
+    except (ImportError, ValueError):  # pragma: no cover - hydra-core is a dependency
+        pass
+    return Path.cwd()

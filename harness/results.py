@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import OutputError
-from harness.fileio import STRICT_JSON, atomic_write_bytes, read_json
+from harness.fileio import STRICT_JSON, _why, atomic_write_bytes, launch_path, read_json
 
 if TYPE_CHECKING:  # pandas is imported lazily: the gate CLI does not need it
     import pandas as pd
@@ -69,8 +69,7 @@ DISPLAY_ONLY_KEYS = ("progress", "jobs", "report")
 def _input_files(node: Any) -> list[tuple[str, Path]]:
     """(value, file) of the ``path`` keys anywhere in a plain config that name existing
     files (a workload's trace; not a dataset name), found where the loaders find them
-    (``tables.launch_path``: a relative path from the directory the user ran in)."""
-    from harness.workloads.tables import launch_path
+    (``fileio.launch_path``: a relative path from the directory the user ran in)."""
 
     if isinstance(node, dict):
         found = []

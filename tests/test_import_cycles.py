@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "allocators", "kernels", "reports")
 # Importable by every package without importing the harness's engine: errors, file I/O,
 # the results format, worker-process helpers (and harness/__init__: the version string).
-SHARED = ("harness", "harness.errors", "harness.fileio", "harness.results", "harness.processes")
+SHARED = ("harness", "harness.errors", "harness.fileio", "harness.results", "harness.processes",
+          "harness.run_lock")
 
 
 def _is_type_checking(node: ast.AST) -> bool:

@@ -11,13 +11,12 @@ import csv
 import gzip
 import io
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from harness.errors import ConfigError, InputError
-from harness.fileio import STRICT_JSON, TOO_DEEP, RepeatedKey
+from harness.fileio import STRICT_JSON, TOO_DEEP, RepeatedKey, launch_path
 
 FORMATS = ("csv", "jsonl", "json", "parquet")
 _EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
@@ -39,14 +38,6 @@ class Table:
         return len(self.lines)
 
 
-def launch_path(path: str) -> Path:
-    """``path`` (``~`` expanded) taken from the directory the user ran in, not Hydra's run
-    directory (``hydra.job.chdir=true``): where the loaders read it and the config hash
-    (``harness.results.config_hash``) hashes it."""
-    candidate = Path(os.path.expanduser(path))
-    return candidate if candidate.is_absolute() else _launch_dir() / candidate
-
-
 def resolve_path(path: str, where: str = "workload") -> Path:
     """``path`` as an existing file; relative paths are taken from the directory the user ran in."""
     candidate = launch_path(path)
@@ -56,18 +47,6 @@ def resolve_path(path: str, where: str = "workload") -> Path:
         raise ConfigError(f"{where}.path: no such file: {candidate} (set {where}.path to an existing trace "
                           "file; relative paths are taken from the directory you ran the command in)")
     return candidate
-
-
-def _launch_dir() -> Path:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.utils import get_original_cwd
-
-        if HydraConfig.initialized():
-            return Path(get_original_cwd())
-    except (ImportError, ValueError):  # pragma: no cover - hydra-core is a dependency
-        pass
-    return Path.cwd()
 
 
 def detect_format(path: Path, fmt: str, where: str = "workload") -> tuple[str, bool]:
