@@ -255,24 +255,42 @@ class HardwareSpec:
     hbm_bandwidth_gbps: float
     peak_fp16_tflops: float
     fitted: FittedCostSpec | None = None
+    # The decode-attention kernel profile (conf/kernel_profile/<name>.yaml) the operator
+    # cost model uses when engine.cost.kernel_profile is null.
+    kernel_profile: str = "ideal"
 
     def validate(self, where: str) -> None:
-        _require_str(self, where, "name")
+        _require_str(self, where, "name", "kernel_profile")
         _require_number(self, where, "memory_gib", "hbm_bandwidth_gbps", "peak_fp16_tflops",
                         rule=POSITIVE)
 
 
 @dataclass(frozen=True)
 class CostSpec:
-    """Efficiency factors of the sim executor's roofline."""
+    """The sim executor's cost model: ``roofline`` (one max over the step) or ``operator``
+    (per-operator terms, ``harness.engine.cost_operator``), and their parameters."""
 
+    model: str = "operator"
     compute_efficiency: float = 0.6
     bandwidth_efficiency: float = 0.8
-    step_overhead_s: float = 0.002
+    step_overhead_s: float = 0.002  # roofline only (the operator model has the host profile)
+    # operator only: conf/kernel_profile/<name>.yaml (null = the hardware's kernel_profile)
+    # and conf/host_profile/<name>.yaml, or paths to such files
+    kernel_profile: str | None = None
+    host_profile: str = "vidur_a100_llama2_7b_tp1"
+    # the kernel_results.json a ``source: kernel_results`` profile reads (null = its own path)
+    kernel_results: str | None = None
 
     def validate(self, where: str) -> None:
+        _require(self.model in ("roofline", "operator"), f"{where}.model",
+                 f"must be roofline or operator, got {self.model!r}")
         _require_number(self, where, "compute_efficiency", "bandwidth_efficiency", rule=FRACTION)
         _require_number(self, where, "step_overhead_s")
+        for key in ("kernel_profile", "kernel_results"):
+            value = getattr(self, key)
+            _require(value is None or (isinstance(value, str) and value != ""), f"{where}.{key}",
+                     f"must be a name, a path or null, got {value!r}")
+        _require_str(self, where, "host_profile")
 
 
 @dataclass(frozen=True)

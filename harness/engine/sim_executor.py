@@ -1,4 +1,5 @@
-"""The ``sim`` executor: turns a step plan into time with a roofline cost model."""
+"""The ``sim`` executor: turns a step plan into time with a cost model (the roofline here, or
+``harness.engine.cost_operator``'s per-operator model)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from harness.config import CostSpec, HardwareSpec, ModelSpec
+from harness.engine.cost_operator import PHASES, OperatorCostModel, step_seconds
 from harness.engine.fit_range import FitRange
 from harness.engine.plan import StepPlan
 
@@ -112,22 +114,46 @@ class SimExecutor:
     """Advances a virtual clock; generated tokens are the sequences' synthetic ones.
 
     With a calibrated cost model whose range is known, ``fit_range`` tallies the steps run
-    against it (``harness.engine.fit_range``); otherwise it is None.
+    against it (``harness.engine.fit_range``); otherwise it is None. With the operator
+    model, ``phase_rows`` holds each step's seconds per phase (``cost_operator.PHASES``),
+    in step order, for the steps_*.csv columns; ``kernel_range`` the decode steps priced
+    beyond the kernel profile's measured range (or None).
     """
 
     name = "sim"
 
-    def __init__(self, cost_model: RooflineCostModel, copy_unit_slots: int) -> None:
+    def __init__(self, cost_model: RooflineCostModel | OperatorCostModel, copy_unit_slots: int) -> None:
         self.cost_model = cost_model
         self.copy_unit_slots = copy_unit_slots  # slots per copied unit (block size, or 1)
-        fit = cost_model.fit
+        fit = getattr(cost_model, "fit", None)
         self.fit_range = (FitRange(fit.max_batch_size, fit.max_context_len)
                           if fit is not None and fit.max_batch_size and fit.max_context_len
                           else None)
+        self.operator = isinstance(cost_model, OperatorCostModel)
+        self.phase_rows: list[tuple[float, ...]] = []
+        # NOTE: the phases of the last span decode_durations priced, for decoded_span
+        self._priced: tuple[int, int, list[tuple[float, ...]]] = (-1, -1, [])
+        efficiency = cost_model.efficiency if self.operator else None
+        self._tally = efficiency.tally if efficiency is not None and efficiency.ranged else None
 
     def execute(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
         copied = len(plan.copies) * self.copy_unit_slots
         swapped = (len(plan.swap_in) + len(plan.swap_out)) * self.copy_unit_slots
+        if self.operator:
+            prefill_pairs = prefill_seqs = 0
+            for chunk in plan.other_chunks:
+                n = chunk.end - chunk.start
+                if n > 1:
+                    prefill_pairs += n * chunk.start + n * (n + 1) // 2
+                    prefill_seqs += 1 + len(chunk.members)
+            decode_pairs = plan.attention_pairs - prefill_pairs
+            decode_seqs = plan.num_seqs - prefill_seqs
+            phases = self.cost_model.phases(plan.num_batched_tokens, prefill_pairs, decode_pairs,
+                                            decode_seqs, copied, swapped, plan.num_seqs)
+            self.phase_rows.append(phases)
+            if self._tally is not None and decode_seqs:
+                self._tally(decode_seqs, decode_pairs / decode_seqs)
+            return step_seconds(phases), None
         cost = self.cost_model.step_cost(plan.num_batched_tokens, plan.attention_pairs,
                                          plan.kv_read_slots, copied, swapped, plan.num_seqs,
                                          plan.num_prefill_chunks)
@@ -138,6 +164,10 @@ class SimExecutor:
     def decode_durations(self, sum_positions: int, num_seqs: int, span: int) -> list[float]:
         """Durations of ``span`` steady decode steps, for fast-forwarding (a price only:
         ``decoded_span`` says which of them ran)."""
+        if self.operator:
+            phases = self.cost_model.decode_phases(sum_positions, num_seqs, span)
+            self._priced = (sum_positions, num_seqs, phases)
+            return [step_seconds(p) for p in phases]
         return self.cost_model.decode_seconds(sum_positions, num_seqs, span)
 
     def decoded_span(self, sum_positions: int, num_seqs: int, span: int) -> None:
@@ -145,3 +175,32 @@ class SimExecutor:
         ...)`` ran (fast-forwarded)."""
         if self.fit_range is not None:
             self.fit_range.decode_span(sum_positions, num_seqs, span)
+        if not self.operator or span <= 0:
+            return
+        positions, seqs, phases = self._priced
+        if positions != sum_positions or seqs != num_seqs or len(phases) < span:
+            phases = self.cost_model.decode_phases(sum_positions, num_seqs, span)
+        self.phase_rows.extend(phases[:span])
+        if self._tally is not None:
+            for kv_read in range(sum_positions, sum_positions + num_seqs * span, num_seqs):
+                self._tally(num_seqs, (kv_read + num_seqs) / num_seqs)
+
+    def phase_columns(self) -> dict[str, list[float]]:
+        """Each phase's seconds per step (``<phase>_s``), in step order; none for the roofline."""
+        if not self.operator:
+            return {}
+        columns = list(zip(*self.phase_rows)) if self.phase_rows else [()] * len(PHASES)
+        return {f"{name}_s": list(values) for name, values in zip(PHASES, columns)}
+
+    def cost_report(self) -> dict:
+        """For results.json: the cost model, its profiles and (operator model, a measured
+        kernel profile) the decode steps priced beyond the profile's range."""
+        model = self.cost_model
+        if not self.operator:
+            return {"model": "roofline"}
+        report = {"model": "operator", "kernel_profile": model.kernel_profile,
+                  "host_profile": model.host_profile}
+        kernel_range = model.range_report()
+        if kernel_range is not None:
+            report["kernel_range"] = kernel_range
+        return report
