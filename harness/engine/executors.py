@@ -32,8 +32,11 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
 def make_cost_model(cost: CostSpec, system: SystemSpec, model: ModelSpec,
                     hardware: HardwareSpec) -> RooflineCostModel | OperatorCostModel:
     """``engine.cost.model``'s cost model for ``system`` (the operator model reads its
-    layout and block size: the decode kernel's efficiency depends on them)."""
-    if cost.model == "operator":
+    layout and block size: the decode kernel's efficiency depends on them). A calibrated
+    hardware profile measured on this model (``hardware.fitted``) prices with its fit,
+    whichever model is selected: a measurement of this model beats either."""
+    fitted = hardware.fitted
+    if cost.model == "operator" and not (fitted is not None and fitted.applies_to(model)):
         return OperatorCostModel(model, hardware, cost, system.kind,
                                  system.block_size if system.kind == "paged" else None)
     return RooflineCostModel(model, hardware, cost)
