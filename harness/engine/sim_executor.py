@@ -131,6 +131,7 @@ class SimExecutor:
                           else None)
         self.operator = isinstance(cost_model, OperatorCostModel)
         self.phase_rows: list[tuple[float, ...]] = []
+        self.decode_read_slots = 0  # KV slots the decodes read (attention_decode's work)
         # NOTE: the phases of the last span decode_durations priced, for decoded_span
         self._priced: tuple[int, int, list[tuple[float, ...]]] = (-1, -1, [])
         efficiency = cost_model.efficiency if self.operator else None
@@ -151,6 +152,7 @@ class SimExecutor:
             phases = self.cost_model.phases(plan.num_batched_tokens, prefill_pairs, decode_pairs,
                                             decode_seqs, copied, swapped, plan.num_seqs)
             self.phase_rows.append(phases)
+            self.decode_read_slots += decode_pairs
             if self._tally is not None and decode_seqs:
                 self._tally(decode_seqs, decode_pairs / decode_seqs)
             return step_seconds(phases), None
@@ -181,6 +183,8 @@ class SimExecutor:
         if positions != sum_positions or seqs != num_seqs or len(phases) < span:
             phases = self.cost_model.decode_phases(sum_positions, num_seqs, span)
         self.phase_rows.extend(phases[:span])
+        # step i reads sum_positions + num_seqs * (i + 1) slots
+        self.decode_read_slots += span * sum_positions + num_seqs * span * (span + 1) // 2
         if self._tally is not None:
             for kv_read in range(sum_positions, sum_positions + num_seqs * span, num_seqs):
                 self._tally(num_seqs, (kv_read + num_seqs) / num_seqs)
@@ -199,7 +203,7 @@ class SimExecutor:
         if not self.operator:
             return {"model": "roofline"}
         report = {"model": "operator", "kernel_profile": model.kernel_profile,
-                  "host_profile": model.host_profile}
+                  "host_profile": model.host_profile, "decode_read_slots": self.decode_read_slots}
         kernel_range = model.range_report()
         if kernel_range is not None:
             report["kernel_range"] = kernel_range
