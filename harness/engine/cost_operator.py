@@ -49,7 +49,8 @@ class OperatorCostModel:
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec, layout: str,
                  block_size: int | None, swap_bandwidth_gbps: float = 25.0) -> None:
         compute_eff, bandwidth_eff = cost.compute_efficiency, cost.bandwidth_efficiency
-        fitted = hardware.fitted
+        fitted = hardware.fitted_contiguous if layout == "contiguous" else None
+        fitted = fitted or hardware.fitted
         if fitted is not None:
             compute_eff = fitted.compute_efficiency or compute_eff
             bandwidth_eff = fitted.bandwidth_efficiency or bandwidth_eff

@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.config import (CostSpec, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
                             kv_capacity_slots)
 from harness.engine.cost_operator import OperatorCostModel
-from harness.engine.sim_executor import RooflineCostModel, SimExecutor
+from harness.engine.sim_executor import RooflineCostModel, SimExecutor, layout_fit
 from harness.errors import ConfigError
 
 
@@ -35,11 +35,11 @@ def make_cost_model(cost: CostSpec, system: SystemSpec, model: ModelSpec,
     layout and block size: the decode kernel's efficiency depends on them). A calibrated
     hardware profile measured on this model (``hardware.fitted``) prices with its fit,
     whichever model is selected: a measurement of this model beats either."""
-    fitted = hardware.fitted
+    fitted = layout_fit(hardware, system.kind)
     if cost.model == "operator" and not (fitted is not None and fitted.applies_to(model)):
         return OperatorCostModel(model, hardware, cost, system.kind,
                                  system.block_size if system.kind == "paged" else None)
-    return RooflineCostModel(model, hardware, cost)
+    return RooflineCostModel(model, hardware, cost, layout=system.kind)
 
 
 def check_cost_profiles(engine: EngineSpec, systems: list[SystemSpec], model: ModelSpec,

@@ -37,19 +37,19 @@ class RooflineCostModel:
     the new tokens' KV written, and block copies (read + write).
     Swaps move KV over the host link at ``swap_bandwidth_gbps``.
 
-    Calibrated hardware (``hardware.fitted``, written by ``python -m harness.calibrate``):
-    for the model it was measured on, the step time is the fitted linear model of
-    ``FittedCostSpec`` (plus copies at the effective bandwidth and swaps as above); for
+    Calibrated hardware (``hardware.fitted``, and ``fitted_contiguous`` for contiguous
+    systems when present, written by ``python -m harness.calibrate``): for the model it
+    was measured on, the step time is the fitted model of ``FittedCostSpec`` (plus copies at the effective bandwidth and swaps as above); for
     other models the roofline uses the fit's derived efficiencies instead of ``cost``'s.
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec,
-                 swap_bandwidth_gbps: float = 25.0) -> None:
+                 swap_bandwidth_gbps: float = 25.0, layout: str = "paged") -> None:
         self.flops_per_token = 2.0 * (model.num_params - model.vocab_size * model.hidden_size)
         self.attention_flops_per_pair = 4.0 * model.layers * model.num_heads * model.head_dim
         self.weight_bytes = float(model.weight_bytes)
         self.bytes_per_slot = float(model.bytes_per_slot)
-        fitted = hardware.fitted
+        fitted = layout_fit(hardware, layout)
         compute_eff, bandwidth_eff = cost.compute_efficiency, cost.bandwidth_efficiency
         if fitted is not None:
             compute_eff = fitted.compute_efficiency or compute_eff
@@ -69,7 +69,7 @@ class RooflineCostModel:
         fit = self.fit
         if fit is not None:
             # NOTE: same operation order as decode_seconds, so bulk and single steps agree
-            seconds = (fit.step_overhead_s + fit.per_token_s * num_tokens
+            seconds = (fit.step_overhead_s + max(fit.per_token_s * num_tokens, fit.linear_floor_s)
                        + fit.per_attention_pair_s * attention_pairs
                        + fit.per_kv_read_slot_s * kv_read_slots + fit.per_seq_s * num_seqs
                        + fit.per_prefill_chunk_s * num_prefill_chunks)
@@ -102,12 +102,20 @@ class RooflineCostModel:
         pairs = kv_read + num_seqs  # = the slots read and written, as a float
         fit = self.fit
         if fit is not None:
-            return (fit.step_overhead_s + fit.per_token_s * num_seqs
+            return (fit.step_overhead_s + max(fit.per_token_s * num_seqs, fit.linear_floor_s)
                     + fit.per_attention_pair_s * pairs + fit.per_kv_read_slot_s * kv_read
                     + fit.per_seq_s * num_seqs + fit.per_prefill_chunk_s * 0)
         flops = self.flops_per_token * num_seqs + self.attention_flops_per_pair * pairs
         moved = self.weight_bytes + self.bytes_per_slot * pairs
         return self.overhead + maximum(flops / self.peak_flops, moved / self.bandwidth)
+
+
+def layout_fit(hardware: HardwareSpec, layout: str):
+    """The calibrated fit that prices ``layout``'s systems: ``fitted_contiguous`` for
+    contiguous ones when the profile has it, else ``fitted`` (or None)."""
+    if layout == "contiguous" and hardware.fitted_contiguous is not None:
+        return hardware.fitted_contiguous
+    return hardware.fitted
 
 
 class SimExecutor:
