@@ -28,12 +28,17 @@ are ``engine.cost``'s (or a calibrated profile's derived ones, as in the rooflin
 
 from __future__ import annotations
 
+import numpy as np
+
 from harness.config import CostSpec, HardwareSpec, ModelSpec
 from harness.engine.cost_profiles import (DecodeEfficiency, decode_efficiency, load_host_profile,
                                           load_kernel_profile)
 
 # The phases of a step, in the order they are summed (the steps_*.csv columns, ``_s`` added).
 PHASES = ("linear", "attention_prefill", "attention_decode", "kv_write", "copy", "swap", "host")
+# Longer spans of a kernel profile flat in batch and context are priced on numpy arrays
+# (IEEE doubles, the same operations in the same order as ``phases``: the same bits).
+SCALAR_SPAN = 24
 
 
 def kernel_profile_name(hardware: HardwareSpec, cost: CostSpec) -> str:
@@ -104,6 +109,26 @@ class OperatorCostModel:
         phases = self.phases
         return [phases(num_seqs, 0, kv_read + num_seqs, num_seqs, 0, 0, num_seqs)
                 for kv_read in range(sum_positions, sum_positions + num_seqs * span, num_seqs)]
+
+    def decode_span(self, sum_positions: int, num_seqs: int, span: int
+                    ) -> tuple[list[float], list[list[float]]]:
+        """``decode_phases`` as (each step's seconds, each phase's column of ``span``
+        values): the same numbers, from numpy when the profile is flat and the span long."""
+        per_slot = self.read_slot_at_constant_s
+        if per_slot is None or span <= SCALAR_SPAN:
+            rows = self.decode_phases(sum_positions, num_seqs, span)
+            return [step_seconds(row) for row in rows], [list(c) for c in zip(*rows)]
+        linear = num_seqs * self.token_s
+        if linear < self.weights_s:
+            linear = self.weights_s
+        kv_read = (sum_positions + num_seqs * np.arange(span, dtype=np.int64)).astype(np.float64)
+        decode = (kv_read + num_seqs) * per_slot  # [span]; pairs = kv_read + num_seqs, exact
+        prefill, write = 0 * self.prefill_pair_s, num_seqs * self.write_slot_s
+        copy, swap = 0 * self.copy_slot_s, 0 * self.swap_slot_s
+        host = self.host_step_s + self.host_seq_s * num_seqs
+        seconds = linear + prefill + decode + write + copy + swap + host
+        return seconds.tolist(), [[linear] * span, [prefill] * span, decode.tolist(),
+                                  [write] * span, [copy] * span, [swap] * span, [host] * span]
 
     def range_report(self) -> dict | None:
         """The decode steps priced beyond the kernel profile's measured range, or None when

@@ -138,10 +138,11 @@ class SimExecutor:
                           if fit is not None and fit.max_batch_size and fit.max_context_len
                           else None)
         self.operator = isinstance(cost_model, OperatorCostModel)
-        self.phase_rows: list[tuple[float, ...]] = []
+        # NOTE: one tuple per executed step, or the 7 phase columns of a fast-forwarded span
+        self.phase_rows: list[tuple[float, ...] | list[list[float]]] = []
         self.decode_read_slots = 0  # KV slots the decodes read (attention_decode's work)
         # NOTE: the phases of the last span decode_durations priced, for decoded_span
-        self._priced: tuple[int, int, list[tuple[float, ...]]] = (-1, -1, [])
+        self._priced: tuple[int, int, list[list[float]]] = (-1, -1, [])
         efficiency = cost_model.efficiency if self.operator else None
         self._tally = efficiency.tally if efficiency is not None and efficiency.ranged else None
 
@@ -175,9 +176,9 @@ class SimExecutor:
         """Durations of ``span`` steady decode steps, for fast-forwarding (a price only:
         ``decoded_span`` says which of them ran)."""
         if self.operator:
-            phases = self.cost_model.decode_phases(sum_positions, num_seqs, span)
-            self._priced = (sum_positions, num_seqs, phases)
-            return [step_seconds(p) for p in phases]
+            seconds, columns = self.cost_model.decode_span(sum_positions, num_seqs, span)
+            self._priced = (sum_positions, num_seqs, columns)
+            return seconds
         return self.cost_model.decode_seconds(sum_positions, num_seqs, span)
 
     def decoded_span(self, sum_positions: int, num_seqs: int, span: int) -> None:
@@ -187,10 +188,10 @@ class SimExecutor:
             self.fit_range.decode_span(sum_positions, num_seqs, span)
         if not self.operator or span <= 0:
             return
-        positions, seqs, phases = self._priced
-        if positions != sum_positions or seqs != num_seqs or len(phases) < span:
-            phases = self.cost_model.decode_phases(sum_positions, num_seqs, span)
-        self.phase_rows.extend(phases[:span])
+        positions, seqs, columns = self._priced
+        if positions != sum_positions or seqs != num_seqs or len(columns[0]) < span:
+            columns = self.cost_model.decode_span(sum_positions, num_seqs, span)[1]
+        self.phase_rows.append([column[:span] for column in columns])
         # step i reads sum_positions + num_seqs * (i + 1) slots
         self.decode_read_slots += span * sum_positions + num_seqs * span * (span + 1) // 2
         if self._tally is not None:
@@ -201,8 +202,15 @@ class SimExecutor:
         """Each phase's seconds per step (``<phase>_s``), in step order; none for the roofline."""
         if not self.operator:
             return {}
-        columns = list(zip(*self.phase_rows)) if self.phase_rows else [()] * len(PHASES)
-        return {f"{name}_s": list(values) for name, values in zip(PHASES, columns)}
+        columns: list[list[float]] = [[] for _ in PHASES]
+        for row in self.phase_rows:
+            if isinstance(row, tuple):  # one step
+                for column, value in zip(columns, row):
+                    column.append(value)
+            else:  # a span's columns
+                for column, values in zip(columns, row):
+                    column.extend(values)
+        return {f"{name}_s": column for name, column in zip(PHASES, columns)}
 
     def cost_report(self) -> dict:
         """For results.json: the cost model, its profiles and (operator model, a measured
