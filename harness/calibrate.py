@@ -25,7 +25,7 @@ import datetime as _dt
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,29 +35,13 @@ from harness.cli_args import (check_device, device_arg, non_negative_int, output
 from harness.config import (EngineSpec, FittedCostSpec, HardwareSpec, ModelSpec, SystemSpec,
                             build_spec)
 
+from harness.calibrate_fit import (COEFFICIENTS, FEATURES, Sample, error_summary, fit_coefficients,
+                                   predict, relative_errors)
+
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-FEATURES = ("const", "num_tokens", "attention_pairs", "kv_read_slots", "num_seqs", "num_prefill_chunks")
-COEFFICIENTS = ("step_overhead_s", "per_token_s", "per_attention_pair_s", "per_kv_read_slot_s",
-                "per_seq_s", "per_prefill_chunk_s")
+__all__ = ["COEFFICIENTS", "FEATURES", "Sample", "calibrate", "fit_coefficients", "main", "predict"]
 CPU_GRID = dict(batch_sizes=(1, 4, 16), context_lens=(16, 64, 192), output_len=6)
 GPU_GRID = dict(batch_sizes=(1, 8, 32, 96), context_lens=(128, 512, 1536), output_len=12)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One measured step: the cost model's features and the measured seconds."""
-
-    point: tuple[int, int]  # (batch size, context length) of the run it came from
-    num_tokens: int
-    attention_pairs: float
-    kv_read_slots: int
-    num_seqs: int
-    num_prefill_chunks: int
-    seconds: float
-
-    def features(self) -> list[float]:
-        return [1.0, self.num_tokens, self.attention_pairs, self.kv_read_slots, self.num_seqs,
-                self.num_prefill_chunks]
 
 
 def load_spec(cls, group: str, name: str, where: str):
@@ -74,8 +58,10 @@ def load_spec(cls, group: str, name: str, where: str):
 
 
 def measure_point(model: ModelSpec, engine: EngineSpec, batch_size: int, context_len: int,
-                  output_len: int, *, block_size: int = 16, seed: int = 0) -> list[Sample]:
-    """Run ``batch_size`` offline requests of ``context_len`` prompt tokens; one sample per step."""
+                  output_len: int, *, block_size: int = 16, seed: int = 0,
+                  layout: str = "paged") -> list[Sample]:
+    """Run ``batch_size`` offline requests of ``context_len`` prompt tokens on the paged
+    manager or (``layout="contiguous"``) the contiguous oracle; one sample per step."""
     from harness.engine.engine import run_engine
     from harness.engine.scheduler import Scheduler
     from harness.engine.torch_executor import TorchExecutor
@@ -88,7 +74,8 @@ def measure_point(model: ModelSpec, engine: EngineSpec, batch_size: int, context
         prompt = rng.integers(0, 1 << 29, context_len, dtype=np.int32)
         prompt.flags.writeable = False
         requests.append(Request(i, 0.0, prompt, output_len, name=f"calibrate/{i}"))
-    system = SystemSpec(name="paged", kind="paged", block_size=block_size)
+    system = (SystemSpec(name="paged", kind="paged", block_size=block_size) if layout == "paged"
+              else SystemSpec(name="oracle", kind="contiguous", policy="oracle"))
     max_model_len = context_len + output_len
     manager = build_manager(system, engine.kv_capacity_slots, model, engine, max_model_len)
     scheduler = Scheduler(manager, engine, seed=seed)
@@ -105,43 +92,14 @@ def measure_point(model: ModelSpec, engine: EngineSpec, batch_size: int, context
         executor.close()
 
 
-def fit_coefficients(samples: list[Sample]) -> np.ndarray:
-    """Non-negative least squares in relative error: minimise sum(((X c - y) / y)^2), c >= 0."""
-    from scipy.optimize import nnls
-
-    X = np.asarray([s.features() for s in samples], dtype=np.float64)  # [n, features]
-    y = np.asarray([s.seconds for s in samples], dtype=np.float64)  # [n]
-    w = 1.0 / np.maximum(y, 1e-9)
-    scale = np.maximum(np.abs(X).max(axis=0), 1.0)  # column scaling for conditioning
-    coef, _ = nnls((X * w[:, None]) / scale, y * w)
-    return coef / scale
-
-
-def predict(coef: np.ndarray, samples: list[Sample]) -> np.ndarray:
-    X = np.asarray([s.features() for s in samples], dtype=np.float64).reshape(-1, len(FEATURES))
-    return X @ coef
-
-
-def relative_errors(coef: np.ndarray, samples: list[Sample]) -> np.ndarray:
-    y = np.asarray([s.seconds for s in samples], dtype=np.float64)
-    return (predict(coef, samples) - y) / y
-
-
-def _error_summary(errors: np.ndarray) -> dict:
-    if errors.size == 0:
-        return {"count": 0}
-    a = np.abs(errors) * 100
-    return {"count": int(a.size), "median_abs_pct": round(float(np.median(a)), 2),
-            "p90_abs_pct": round(float(np.percentile(a, 90)), 2),
-            "mean_signed_pct": round(float(errors.mean() * 100), 2)}
-
-
 def derived_efficiencies(model: ModelSpec, hardware: HardwareSpec, coef: np.ndarray) -> tuple:
     """Roofline efficiencies implied by the fit (for models other than the measured one)."""
     from harness.engine.sim_executor import RooflineCostModel
     from harness.config import CostSpec
 
-    roof = RooflineCostModel(model, replace(hardware, fitted=None), CostSpec(1.0, 1.0, 0.0))
+    unit = CostSpec(compute_efficiency=1.0, bandwidth_efficiency=1.0, step_overhead_s=0.0,
+                    model="roofline")
+    roof = RooflineCostModel(model, replace(hardware, fitted=None, fitted_contiguous=None), unit)
     per_token, per_kv = coef[1], coef[3]
     compute = roof.flops_per_token / (per_token * roof.peak_flops) if per_token > 0 else None
     bandwidth = roof.bytes_per_slot / (per_kv * roof.bandwidth) if per_kv > 0 else None
@@ -151,8 +109,10 @@ def derived_efficiencies(model: ModelSpec, hardware: HardwareSpec, coef: np.ndar
 
 def calibrate(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,
               batch_sizes, context_lens, output_len: int, holdout_every: int = 3,
-              block_size: int = 16, seed: int = 0, log=print) -> dict:
-    """Measure the grid, fit on the kept points, evaluate on the held-back ones."""
+              block_size: int = 16, seed: int = 0, layout: str = "paged", log=print) -> dict:
+    """Measure the grid on ``layout``'s system (paged, or the contiguous oracle), fit on
+    the kept points (``harness.calibrate_fit``: the linear layers' max included), evaluate
+    on the held-back ones."""
     from harness.engine.torch_device import device_name, resolve_device, torch_kv_capacity_slots
 
     device = resolve_device(engine.device)
@@ -163,24 +123,26 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,
     if len(fits) < len(points):
         log(f"skipping {len(points) - len(fits)} grid points larger than the KV pool ({capacity} slots)")
     held = {p for i, p in enumerate(fits) if holdout_every and i % holdout_every == holdout_every // 2}
-    log(f"calibrating {model.name} ({model.layers} layers, {model.dtype}) on {device_name(device)}: "
+    log(f"calibrating {layout} {model.name} ({model.layers} layers, {model.dtype}) on {device_name(device)}: "
         f"{len(fits)} grid points, {len(held)} held back")
     # warm-up: kernels compiled and caches primed before any timed point
     measure_point(model, _point_engine(engine, 2, 32, output_len, capacity, block_size), 2, 32, 2,
-                  block_size=block_size, seed=seed)
+                  block_size=block_size, seed=seed, layout=layout)
     samples: list[Sample] = []
     t0 = time.perf_counter()
     for b, c in fits:
         point_engine = _point_engine(engine, b, c, output_len, capacity, block_size)
-        got = measure_point(model, point_engine, b, c, output_len, block_size=block_size, seed=seed)
+        got = measure_point(model, point_engine, b, c, output_len, block_size=block_size, seed=seed,
+                            layout=layout)
         samples.extend(got)
         log(f"  batch {b:4d} context {c:5d}: {len(got)} steps, {sum(s.seconds for s in got):.3f} s"
             f"{'  (held back)' if (b, c) in held else ''}")
     train = [s for s in samples if s.point not in held]
     test = [s for s in samples if s.point in held]
-    coef = fit_coefficients(train)
+    coef = fit_coefficients(train, with_floor=True)
     compute_eff, bandwidth_eff = derived_efficiencies(model, hardware, coef)
     fitted = FittedCostSpec(model=model.name, num_layers=model.layers, dtype=model.dtype,
+                            linear_floor_s=float(coef[len(COEFFICIENTS)]),
                             compute_efficiency=compute_eff, bandwidth_efficiency=bandwidth_eff,
                             max_batch_size=max(b for b, _ in fits),
                             # KV per sequence after its last decode step (prompt + output - 1)
@@ -199,18 +161,18 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,
     decode = [s for s in test if s.num_prefill_chunks == 0]
     prefill = [s for s in test if s.num_prefill_chunks > 0]
     return {
-        "device": device_name(device), "cpu_timings": device.type != "cuda",
+        "device": device_name(device), "cpu_timings": device.type != "cuda", "layout": layout,
         "model": model.name, "layers": model.layers, "dtype": model.dtype,
         "grid": {"batch_sizes": sorted(batch_sizes), "context_lens": sorted(context_lens),
                  "output_len": output_len, "block_size": block_size},
         "measure_wall_s": round(time.perf_counter() - t0, 2),
         "train_steps": len(train), "held_back_steps": len(test),
-        "coefficients": {name: float(v) for name, v in zip(COEFFICIENTS, coef)},
+        "coefficients": {name: float(v) for name, v in zip((*COEFFICIENTS, "linear_floor_s"), coef)},
         "fitted": asdict(fitted),
-        "train_error": _error_summary(relative_errors(coef, train)),
-        "held_back_error": _error_summary(relative_errors(coef, test)),
-        "held_back_decode_error": _error_summary(relative_errors(coef, decode)),
-        "held_back_prefill_error": _error_summary(relative_errors(coef, prefill)),
+        "train_error": error_summary(relative_errors(coef, train)),
+        "held_back_error": error_summary(relative_errors(coef, test)),
+        "held_back_decode_error": error_summary(relative_errors(coef, decode)),
+        "held_back_prefill_error": error_summary(relative_errors(coef, prefill)),
         "points": per_point,
     }
 
@@ -239,7 +201,11 @@ def profile_yaml(hardware: HardwareSpec, name: str, result: dict) -> str:
 
     body = {"name": name, "memory_gib": hardware.memory_gib,
             "hbm_bandwidth_gbps": hardware.hbm_bandwidth_gbps,
-            "peak_fp16_tflops": hardware.peak_fp16_tflops, "fitted": result["fitted"]}
+            "peak_fp16_tflops": hardware.peak_fp16_tflops,
+            "kernel_profile": hardware.kernel_profile, "fitted": result["fitted"]}
+    contiguous = result.get("contiguous")
+    if contiguous is not None:  # the contiguous system's own fit (its decode kernel differs)
+        body["fitted_contiguous"] = contiguous["fitted"]
     err = result["held_back_error"]
     header = [
         f"# {name}: hardware={hardware.name} calibrated by `python -m harness.calibrate`",
@@ -252,8 +218,13 @@ def profile_yaml(hardware: HardwareSpec, name: str, result: dict) -> str:
     if result["cpu_timings"]:
         header.append("# NOTE: CPU timings (no GPU): valid for this host only, not a GPU profile.")
     header.append(f"# NOTE: {_extrapolation_note(result)}")
-    header.append("# The fitted step time applies to that model; other models use the roofline with "
-                  "the derived efficiencies.")
+    if contiguous is not None:
+        c_err = contiguous["held_back_error"]
+        header.append(f"# fitted: the paged system (block {result['grid']['block_size']}); "
+                      f"fitted_contiguous: the contiguous oracle (held-back median |error| "
+                      f"{c_err.get('median_abs_pct')}%, p90 {c_err.get('p90_abs_pct')}%).")
+    header.append("# The fitted step time applies to that model (each system its layout's fit); "
+                  "other models use the roofline with the derived efficiencies.")
     return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False)
 
 
@@ -281,12 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout-every", type=positive_int, default=3,
                         help="hold back every n-th grid point (>= 2; default 3)")
     parser.add_argument("--block-size", type=positive_int, default=16)
+    parser.add_argument("--layouts", default="paged,contiguous",
+                        help="systems measured and fitted apart: paged, contiguous or both "
+                             "(default paged,contiguous)")
     parser.add_argument("--max-num-batched-tokens", type=positive_int, default=8192)
     parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--cpu-threads", type=positive_int, default=1, help="torch threads on CPU runs")
     args = parser.parse_args(argv)
     if args.holdout_every < 2:
         parser.error("--holdout-every must be >= 2: every point held back leaves none to fit")
+    layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
+    if not layouts or "paged" not in layouts or not set(layouts) <= {"paged", "contiguous"}:
+        parser.error("--layouts must name paged, optionally with contiguous (paged,contiguous)")
     try:
         check_device(args.device)
         model = load_spec(ModelSpec, "model", args.model, "model")
@@ -311,9 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         if out.exists() and not args.force:  # checked before measuring
             raise ConfigError(f"{out} exists (a shipped or earlier profile): pass --force to "
                               "replace it, or --name / --out for a new one")
-        result = calibrate(model, hardware, engine, holdout_every=args.holdout_every,
-                           block_size=args.block_size, seed=args.seed,
-                           log=lambda m: print(m, file=sys.stderr), **grid)
+        results = {layout: calibrate(model, hardware, engine, holdout_every=args.holdout_every,
+                                     block_size=args.block_size, seed=args.seed, layout=layout,
+                                     log=lambda m: print(m, file=sys.stderr), **grid)
+                   for layout in layouts}
+        result = results["paged"]
+        if "contiguous" in results:
+            result["contiguous"] = results["contiguous"]
     except PagebenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -38,6 +38,9 @@ class RunRecorder:
     capacity_slots: int
     steps: dict[str, list] = field(default_factory=lambda: {c: [] for c in STEP_COLUMNS})
     requests: list[tuple] = field(default_factory=list)
+    # Columns after STEP_COLUMNS, one value per step: the operator cost model's seconds per
+    # phase (``<phase>_s``, harness.engine.cost_operator.PHASES), set after the run
+    extra: dict[str, list] = field(default_factory=dict)
     # NOTE: each column's bound ``append``, in STEP_COLUMNS order: ``record_step`` runs once
     # per scheduled step (the columns are appended in place, never replaced)
     _appends: list = field(init=False, repr=False, compare=False)
@@ -56,9 +59,20 @@ class RunRecorder:
     def record_request(self, row: tuple) -> None:
         self.requests.append(row)
 
+    def add_columns(self, columns: dict[str, list]) -> None:
+        """Columns of one value per recorded step (the executor's phase times), after
+        ``STEP_COLUMNS`` in the step table."""
+        count = len(self.steps["step"])
+        for name, values in columns.items():
+            if len(values) < count:
+                raise ValueError(f"column {name} has {len(values)} values for {count} steps")
+            self.extra[name] = values[:count]
+
     def step_table(self) -> pd.DataFrame:
         # NOTE: numpy converts the lists ~10x faster than pandas does
-        return pd.DataFrame({name: np.asarray(self.steps[name]) for name in STEP_COLUMNS})
+        columns = {name: np.asarray(self.steps[name]) for name in STEP_COLUMNS}
+        columns.update((name, np.asarray(values, dtype=float)) for name, values in self.extra.items())
+        return pd.DataFrame(columns)
 
     def request_table(self) -> pd.DataFrame:
         return pd.DataFrame(self.requests, columns=list(REQUEST_COLUMNS)).sort_values(
@@ -148,7 +162,11 @@ def serving_summary(steps: pd.DataFrame, requests: pd.DataFrame) -> dict:
     weights = steps["duration_s"].to_numpy(dtype=float)
     batch = steps["num_seqs"].to_numpy(dtype=float)
     mean_batch = float((batch * weights).sum() / weights.sum()) if weights.sum() > 0 else 0.0
+    phases = [c for c in steps.columns if c not in STEP_COLUMNS and c.endswith("_s")]
+    by_phase = ({"time_by_phase_s": {c[:-2]: _round(float(steps[c].sum())) for c in phases}}
+                if phases else {})
     return {
+        **by_phase,
         "requests": {
             "finished": int(len(done)),
             "rejected": int((requests["status"] == "rejected").sum()),

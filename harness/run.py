@@ -419,6 +419,9 @@ def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareS
             run.telemetry_rows = executor.telemetry_rows()
         if getattr(executor, "fit_range", None) is not None:
             run.fit_range = executor.fit_range.report()
+        if hasattr(executor, "cost_report"):  # sim: seconds per phase, profiles, ranges
+            run.recorder.add_columns(executor.phase_columns())
+            run.cost_model = executor.cost_report()
         return run
     finally:
         if bar is not None:
@@ -476,6 +479,8 @@ def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
         summary["energy_per_token_j"] = nvml.get("energy_per_output_token_j")
     if run.fit_range is not None:
         summary["fit_range"] = run.fit_range
+    if run.cost_model is not None:
+        summary["cost_model"] = run.cost_model
     if run.stop_reason:
         summary["stop_reason"] = run.stop_reason
     return summary

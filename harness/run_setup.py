@@ -15,6 +15,7 @@ from typing import Any
 from harness.cli_args import check_seed
 from harness.config import (GIB, MAX_KV_SLOTS, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
                             build_spec, select_systems, validate_block_size)
+from harness.engine.executors import check_cost_profiles
 from harness.errors import ConfigError
 
 # The top-level keys every run builds from: deleting one (~seed) is refused.
@@ -68,6 +69,7 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     specs = select_systems(cfg["systems"] if systems is None else systems, cfg["allocator"],
                            block_size)
     check_run_fits(parse_workload(cfg["workload"])[1])  # 10^9 requests: refused, not OOM-killed
+    check_cost_profiles(engine, specs, model, hardware)  # the profile files, read and checked
     return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs)
 
 

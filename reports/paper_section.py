@@ -442,6 +442,10 @@ def study_section(study: dict, values: dict | None = None, *, heading_level: int
     details = details_table(study)
     if details:
         parts.append("<h4>Measured details</h4>" + details)
+    if name == "vllm_fig18b":  # the memory and the time effect of the block size, apart
+        from reports.block_size_effects import study_effects
+
+        parts.append(study_effects(study))
     return "\n".join(parts)
 
 

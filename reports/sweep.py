@@ -402,6 +402,10 @@ def render_sweep_report(sweep_dir: Path | str) -> Path:
                 f"One panel per headline metric against {key}, one line per system{styles}. "
                 "Points circled in red are jobs that stopped early: their figures cover only "
                 "part of the run."))
+        if "block_size" in swept:  # the memory and the time effect of the block size, apart
+            from reports.block_size_effects import sweep_effects
+
+            parts.append(sweep_effects([j for j in jobs if j.status == FINISHED]))
         shown = ["job", "status", *swept, "system", *[k for k, _ in metric_cols]]
         labels = ["job", "status", *swept, "system", *[lab for _, lab in metric_cols]]
         sort_cols = [c for c in (*swept, "system") if c in frame]

@@ -18,7 +18,7 @@ HARDWARE = HardwareSpec(name="h", memory_gib=1.0, hbm_bandwidth_gbps=100.0, peak
 
 def engine_spec(**overrides) -> EngineSpec:
     base = dict(kv_capacity_slots=1024, max_num_seqs=64, max_num_batched_tokens=4096,
-                swap_space_gib=0.01, cost=CostSpec(step_overhead_s=0.001))
+                swap_space_gib=0.01, cost=CostSpec(model="roofline", step_overhead_s=0.001))
     base.update(overrides)
     return EngineSpec(**base)
 
@@ -52,4 +52,7 @@ def run(requests, system: SystemSpec, spec: EngineSpec | None = None, max_model_
     manager = build_manager(system, spec.kv_capacity_slots, MODEL, spec, max_model_len)
     scheduler = Scheduler(manager, spec)
     executor = make_executor(spec, system, MODEL, HARDWARE, manager)
-    return run_engine(requests, scheduler, executor, spec, max_model_len=max_model_len)
+    result = run_engine(requests, scheduler, executor, spec, max_model_len=max_model_len)
+    if hasattr(executor, "phase_columns"):  # the operator cost model's seconds per phase
+        result.recorder.add_columns(executor.phase_columns())
+    return result

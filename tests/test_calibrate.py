@@ -123,3 +123,40 @@ def test_an_existing_profile_is_not_replaced_without_force(tmp_path, capsys):
     assert main(["--model", "tiny", "--hardware", "cpu", "--device", "cpu", "--out", str(out)]) == 2
     assert "exists (a shipped or earlier profile): pass --force" in capsys.readouterr().err
     assert out.read_text() == "kept\n"
+
+
+def test_the_fit_recovers_the_linear_layers_roofline_max():
+    # seconds = TRUE's terms with the token term max(per_token * tokens, floor): a knee at
+    # 1,000 tokens (a sample has exactly 1,000, so the knee search can land on it)
+    from harness.calibrate_fit import fit_coefficients as fit
+
+    floor = TRUE[1] * 1000
+    rng = np.random.default_rng(3)
+    samples = []
+    for s in _samples(rng, 200) + [replace(_samples(rng, 1)[0], num_tokens=1000)]:
+        features = s.features()
+        seconds = float(np.dot(TRUE, features) - TRUE[1] * features[1]
+                        + max(TRUE[1] * features[1], floor))
+        samples.append(replace(s, seconds=seconds))
+    coef = fit(samples, with_floor=True)
+    np.testing.assert_allclose(coef, [*TRUE, floor], rtol=1e-6)
+    np.testing.assert_allclose(predict(coef, samples), [s.seconds for s in samples], rtol=1e-9)
+    assert fit(samples)[1] != pytest.approx(TRUE[1], rel=1e-3)  # a linear fit cannot
+
+
+def test_contiguous_systems_use_their_own_fit_and_spans_match_single_steps_with_a_floor():
+    from harness.config import SystemSpec
+    from harness.engine.executors import make_cost_model
+
+    paged_fit, contiguous_fit = _fitted(linear_floor_s=0.05), _fitted(per_seq_s=1e-3)
+    hardware = replace(CPU, fitted=paged_fit, fitted_contiguous=contiguous_fit)
+    oracle = SystemSpec(name="oracle", kind="contiguous", policy="oracle")
+    paged = SystemSpec(name="paged", kind="paged", block_size=16)
+    for system, fit in ((oracle, contiguous_fit), (paged, paged_fit)):
+        for model in ("roofline", "operator"):  # a fit of the run's model wins under either
+            assert make_cost_model(CostSpec(model=model), system, TINY, hardware).fit == fit
+    cost = make_cost_model(CostSpec(), paged, TINY, hardware)
+    bulk = cost.decode_seconds(sum_positions=1000, num_seqs=4, span=40)  # the numpy path
+    single = [cost.step_cost(4, 1000 + 4 * k + 4, 1000 + 4 * k, num_seqs=4).seconds
+              for k in range(40)]
+    assert bulk == single and bulk[0] >= 0.05

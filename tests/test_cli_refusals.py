@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from harness.cli_args import check_seed
 from harness.errors import ConfigError
+from conftest import ROOT
 from harness.conf_tree import CONF_DIR
 
 SMALL = ["workload=docqa", "workload.num_requests=20", "report=false", "progress=false"]
@@ -23,7 +24,17 @@ def _error_lines(output: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ refused before anything runs
+DATA = ROOT / "tests" / "data"
 REFUSED = {
+    # cost profiles: read and checked before the run directory is touched
+    "kernel_profile_missing": (["engine.cost.kernel_profile=nope"],
+                               "engine.cost.kernel_profile: no profile"),
+    "kernel_results_nan": (["engine.cost.kernel_profile=measured",
+                            f"engine.cost.kernel_results={DATA / 'kernel_results_nan.json'}"],
+                           "kernel_results_nan.json: rows[0].paged_frac_copy_bw: must be a finite"),
+    "kernel_results_heads": (["engine.cost.kernel_profile=measured",
+                              f"engine.cost.kernel_results={DATA / 'kernel_results_small.json'}"],
+                             "nearest measured: group 1 head_dim 16 float16"),
     # misspelt keys three or more levels deep: named with the closest valid key
     "cost_key": (["engine.cost.step_overhead=0.1"],
                  "engine.cost.step_overhead: unknown key. Did you mean 'step_overhead_s'?"),

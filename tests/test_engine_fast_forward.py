@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from engine_helpers import contiguous, engine_spec, make_requests, paged, run
+from harness.config import CostSpec
 from harness.workloads.request import Request
+
+# Every cost model and kernel profile prices fast-forwarded spans as step by step: the
+# roofline, and the operator model with a flat, a tabulated (block size) and a measured
+# (bilinear in batch and context, tests/data/kernel_results_small.json) kernel profile.
+KERNEL_RESULTS = str(Path(__file__).parent / "data" / "kernel_results_small.json")
+COSTS = {
+    "roofline": CostSpec(model="roofline", step_overhead_s=0.001),
+    "ideal": CostSpec(model="operator", kernel_profile="ideal"),
+    "fa_before": CostSpec(model="operator", kernel_profile="fa_sm100_pr2104_before"),
+    "measured": CostSpec(model="operator", kernel_profile="measured", kernel_results=KERNEL_RESULTS),
+}
 
 
 def _workload(seed: int, n: int = 60, gap: float = 0.02, prefix_len: int = 0):
@@ -38,12 +52,13 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("cost", sorted(COSTS))
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("gap", [0.0, 0.05])
-def test_fast_forward_matches_step_by_step(case, gap):
+def test_fast_forward_matches_step_by_step(case, gap, cost):
     system, overrides = CASES[case]
     requests = _workload(seed=len(case), gap=gap, prefix_len=48 if "prefix" in case else 0)
-    base = dict(kv_capacity_slots=4096)
+    base = dict(kv_capacity_slots=4096, cost=COSTS[cost])
     base.update(overrides)
     max_model_len = base.pop("max_model_len", 1024)
     if max_model_len < 1024:

@@ -12,7 +12,8 @@ import pytest
 
 from harness import gate
 from harness.errors import InputError
-from harness.results import SCHEMA_VERSION, existing_complete_results, read_json
+from harness.fileio import read_json
+from harness.results import SCHEMA_VERSION, existing_complete_results
 from reports.__main__ import main as reports_main
 
 DEEP = "[" * 100_000 + "]" * 100_000

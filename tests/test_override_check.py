@@ -117,7 +117,7 @@ def test_every_key_a_composition_holds_at_any_depth_passes(choice):
 @pytest.mark.parametrize("overrides, message", [
     (["engine.cost.step_overhead=0.1"],
      "engine.cost.step_overhead: unknown key. Did you mean 'step_overhead_s'? Keys of "
-     "engine.cost (engine=sim): bandwidth_efficiency, compute_efficiency, step_overhead_s"),
+     "engine.cost (engine=sim): bandwidth_efficiency, compute_efficiency, host_profile, kernel_profile, kernel_results, model, step_overhead_s"),
     (["workload.arrival.rat=2"],
      "workload.arrival.rat: unknown key. Did you mean 'rate'? Keys of workload.arrival "
      "(workload=docqa): "),

@@ -107,7 +107,8 @@ def test_sweep_report_aggregates_what_finished_and_lists_what_did_not(tmp_path, 
                                             ("16", "paged")]
     token_col = header.index("token states (% of KV pool)")
     assert body[3][token_col] == fmt(40.16, 3)
-    assert len(report.images) == 1  # one figure: every metric vs block_size
+    # every metric vs block_size, and the block-size effects (reports/block_size_effects.py)
+    assert len(report.images) == 2
     text = out.read_text()
     # the experiment's focus metric is drawn first; the table is saved as CSV too
     assert "Metrics vs block_size" in text

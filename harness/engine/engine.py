@@ -57,6 +57,7 @@ class EngineRun:
     executor_report: dict | None = None  # torch executor: timings, CPU-side costs, NVML summary
     telemetry_rows: list[dict] = field(default_factory=list)  # torch on CUDA: NVML samples
     fit_range: dict | None = None  # sim on a calibrated profile: the steps beyond its range
+    cost_model: dict | None = None  # sim: the cost model and profiles that priced the steps
 
 
 def rejection_reason(request: Request, scheduler: Scheduler, spec: EngineSpec,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from harness.config import EngineSpec, HardwareSpec, ModelSpec, SystemSpec, kv_capacity_slots
-from harness.engine.sim_executor import RooflineCostModel, SimExecutor
+from harness.config import (CostSpec, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
+                            kv_capacity_slots)
+from harness.engine.cost_operator import OperatorCostModel
+from harness.engine.sim_executor import RooflineCostModel, SimExecutor, layout_fit
 from harness.errors import ConfigError
 
 
@@ -17,7 +19,7 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
     """
     unit = system.block_size if system.kind == "paged" else 1
     if engine.executor == "sim":
-        return SimExecutor(RooflineCostModel(model, hardware, engine.cost), unit)
+        return SimExecutor(make_cost_model(engine.cost, system, model, hardware), unit)
     if engine.executor == "torch":
         from harness.engine.torch_executor import TorchExecutor
 
@@ -25,6 +27,28 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
                              max_model_len=max_model_len or engine.max_model_len or model.max_context,
                              seed=seed)
     raise ConfigError(f"engine.executor={engine.executor!r} is not available; use engine=sim or engine=torch")
+
+
+def make_cost_model(cost: CostSpec, system: SystemSpec, model: ModelSpec,
+                    hardware: HardwareSpec) -> RooflineCostModel | OperatorCostModel:
+    """``engine.cost.model``'s cost model for ``system`` (the operator model reads its
+    layout and block size: the decode kernel's efficiency depends on them). A calibrated
+    hardware profile measured on this model (``hardware.fitted``) prices with its fit,
+    whichever model is selected: a measurement of this model beats either."""
+    fitted = layout_fit(hardware, system.kind)
+    if cost.model == "operator" and not (fitted is not None and fitted.applies_to(model)):
+        return OperatorCostModel(model, hardware, cost, system.kind,
+                                 system.block_size if system.kind == "paged" else None)
+    return RooflineCostModel(model, hardware, cost, layout=system.kind)
+
+
+def check_cost_profiles(engine: EngineSpec, systems: list[SystemSpec], model: ModelSpec,
+                        hardware: HardwareSpec) -> None:
+    """Load and resolve every system's cost profiles now (a ``ConfigError`` naming the
+    file and field), before a run touches its directory."""
+    if engine.executor == "sim":
+        for system in systems:
+            make_cost_model(engine.cost, system, model, hardware)
 
 
 def executor_capacity_slots(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,

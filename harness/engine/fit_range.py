@@ -67,7 +67,34 @@ class FitRange:
 
 def extrapolation_warnings(systems: dict[str, dict], hardware: str) -> list[str]:
     """One line for the systems (``results.json``'s ``systems``) with steps beyond their
-    fit's range, or none."""
+    fit's range, one for those beyond their kernel profile's, or none."""
+    return _fit_warnings(systems, hardware) + kernel_range_warnings(systems)
+
+
+def kernel_range_warnings(systems: dict[str, dict]) -> list[str]:
+    """One line for the systems whose decode steps the operator cost model priced beyond
+    the kernel profile's measured batches and contexts (held at the edge), or whose block
+    size the profile did not measure."""
+    ranges = {name: s["cost_model"]["kernel_range"] for name, s in systems.items()
+              if (s.get("cost_model") or {}).get("kernel_range")}
+    beyond = {name: r for name, r in ranges.items() if r["steps_beyond_profile"]}
+    lines = []
+    if beyond:
+        first = next(iter(beyond.values()))
+        counts = ", ".join(f"{name} {r['steps_beyond_profile']:,} of {r['steps_priced']:,} "
+                           f"({100 * r['steps_beyond_profile'] / max(r['steps_priced'], 1):.0f}%)"
+                           for name, r in beyond.items())
+        lines.append(f"decode steps beyond kernel_profile={first['kernel_profile']}'s measured range "
+                     f"(batches {first['measured_batches'][0]}-{first['measured_batches'][1]}, "
+                     f"mean contexts {first['measured_contexts'][0]:,}-"
+                     f"{first['measured_contexts'][1]:,} tokens) were priced at its edge: {counts}; "
+                     "measure more points (python -m harness experiment=kernels "
+                     "kernel_bench.batch_sizes=[...] kernel_bench.context_lens=[...])")
+    notes = sorted({f"{name}: {r['note']}" for name, r in ranges.items() if r.get("note")})
+    return lines + [f"kernel profile: {note}" for note in notes]
+
+
+def _fit_warnings(systems: dict[str, dict], hardware: str) -> list[str]:
     beyond = {name: s["fit_range"] for name, s in systems.items()
               if s.get("fit_range") and s["fit_range"]["steps_beyond_fit"]}
     if not beyond:

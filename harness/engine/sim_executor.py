@@ -1,4 +1,5 @@
-"""The ``sim`` executor: turns a step plan into time with a roofline cost model."""
+"""The ``sim`` executor: turns a step plan into time with a cost model (the roofline here, or
+``harness.engine.cost_operator``'s per-operator model)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from harness.config import CostSpec, HardwareSpec, ModelSpec
+from harness.engine.cost_operator import PHASES, OperatorCostModel, step_seconds
 from harness.engine.fit_range import FitRange
 from harness.engine.plan import StepPlan
 
@@ -35,19 +37,19 @@ class RooflineCostModel:
     the new tokens' KV written, and block copies (read + write).
     Swaps move KV over the host link at ``swap_bandwidth_gbps``.
 
-    Calibrated hardware (``hardware.fitted``, written by ``python -m harness.calibrate``):
-    for the model it was measured on, the step time is the fitted linear model of
-    ``FittedCostSpec`` (plus copies at the effective bandwidth and swaps as above); for
+    Calibrated hardware (``hardware.fitted``, and ``fitted_contiguous`` for contiguous
+    systems when present, written by ``python -m harness.calibrate``): for the model it
+    was measured on, the step time is the fitted model of ``FittedCostSpec`` (plus copies at the effective bandwidth and swaps as above); for
     other models the roofline uses the fit's derived efficiencies instead of ``cost``'s.
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec,
-                 swap_bandwidth_gbps: float = 25.0) -> None:
+                 swap_bandwidth_gbps: float = 25.0, layout: str = "paged") -> None:
         self.flops_per_token = 2.0 * (model.num_params - model.vocab_size * model.hidden_size)
         self.attention_flops_per_pair = 4.0 * model.layers * model.num_heads * model.head_dim
         self.weight_bytes = float(model.weight_bytes)
         self.bytes_per_slot = float(model.bytes_per_slot)
-        fitted = hardware.fitted
+        fitted = layout_fit(hardware, layout)
         compute_eff, bandwidth_eff = cost.compute_efficiency, cost.bandwidth_efficiency
         if fitted is not None:
             compute_eff = fitted.compute_efficiency or compute_eff
@@ -67,7 +69,7 @@ class RooflineCostModel:
         fit = self.fit
         if fit is not None:
             # NOTE: same operation order as decode_seconds, so bulk and single steps agree
-            seconds = (fit.step_overhead_s + fit.per_token_s * num_tokens
+            seconds = (fit.step_overhead_s + max(fit.per_token_s * num_tokens, fit.linear_floor_s)
                        + fit.per_attention_pair_s * attention_pairs
                        + fit.per_kv_read_slot_s * kv_read_slots + fit.per_seq_s * num_seqs
                        + fit.per_prefill_chunk_s * num_prefill_chunks)
@@ -100,7 +102,7 @@ class RooflineCostModel:
         pairs = kv_read + num_seqs  # = the slots read and written, as a float
         fit = self.fit
         if fit is not None:
-            return (fit.step_overhead_s + fit.per_token_s * num_seqs
+            return (fit.step_overhead_s + max(fit.per_token_s * num_seqs, fit.linear_floor_s)
                     + fit.per_attention_pair_s * pairs + fit.per_kv_read_slot_s * kv_read
                     + fit.per_seq_s * num_seqs + fit.per_prefill_chunk_s * 0)
         flops = self.flops_per_token * num_seqs + self.attention_flops_per_pair * pairs
@@ -108,26 +110,61 @@ class RooflineCostModel:
         return self.overhead + maximum(flops / self.peak_flops, moved / self.bandwidth)
 
 
+def layout_fit(hardware: HardwareSpec, layout: str):
+    """The calibrated fit that prices ``layout``'s systems: ``fitted_contiguous`` for
+    contiguous ones when the profile has it, else ``fitted`` (or None)."""
+    if layout == "contiguous" and hardware.fitted_contiguous is not None:
+        return hardware.fitted_contiguous
+    return hardware.fitted
+
+
 class SimExecutor:
     """Advances a virtual clock; generated tokens are the sequences' synthetic ones.
 
     With a calibrated cost model whose range is known, ``fit_range`` tallies the steps run
-    against it (``harness.engine.fit_range``); otherwise it is None.
+    against it (``harness.engine.fit_range``); otherwise it is None. With the operator
+    model, ``phase_rows`` holds each step's seconds per phase (``cost_operator.PHASES``),
+    in step order, for the steps_*.csv columns; ``kernel_range`` the decode steps priced
+    beyond the kernel profile's measured range (or None).
     """
 
     name = "sim"
 
-    def __init__(self, cost_model: RooflineCostModel, copy_unit_slots: int) -> None:
+    def __init__(self, cost_model: RooflineCostModel | OperatorCostModel, copy_unit_slots: int) -> None:
         self.cost_model = cost_model
         self.copy_unit_slots = copy_unit_slots  # slots per copied unit (block size, or 1)
-        fit = cost_model.fit
+        fit = getattr(cost_model, "fit", None)
         self.fit_range = (FitRange(fit.max_batch_size, fit.max_context_len)
                           if fit is not None and fit.max_batch_size and fit.max_context_len
                           else None)
+        self.operator = isinstance(cost_model, OperatorCostModel)
+        # NOTE: one tuple per executed step, or the 7 phase columns of a fast-forwarded span
+        self.phase_rows: list[tuple[float, ...] | list[list[float]]] = []
+        self.decode_read_slots = 0  # KV slots the decodes read (attention_decode's work)
+        # NOTE: the phases of the last span decode_durations priced, for decoded_span
+        self._priced: tuple[int, int, list[list[float]]] = (-1, -1, [])
+        efficiency = cost_model.efficiency if self.operator else None
+        self._tally = efficiency.tally if efficiency is not None and efficiency.ranged else None
 
     def execute(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
         copied = len(plan.copies) * self.copy_unit_slots
         swapped = (len(plan.swap_in) + len(plan.swap_out)) * self.copy_unit_slots
+        if self.operator:
+            prefill_pairs = prefill_seqs = 0
+            for chunk in plan.other_chunks:
+                n = chunk.end - chunk.start
+                if n > 1:
+                    prefill_pairs += n * chunk.start + n * (n + 1) // 2
+                    prefill_seqs += 1 + len(chunk.members)
+            decode_pairs = plan.attention_pairs - prefill_pairs
+            decode_seqs = plan.num_seqs - prefill_seqs
+            phases = self.cost_model.phases(plan.num_batched_tokens, prefill_pairs, decode_pairs,
+                                            decode_seqs, copied, swapped, plan.num_seqs)
+            self.phase_rows.append(phases)
+            self.decode_read_slots += decode_pairs
+            if self._tally is not None and decode_seqs:
+                self._tally(decode_seqs, decode_pairs / decode_seqs)
+            return step_seconds(phases), None
         cost = self.cost_model.step_cost(plan.num_batched_tokens, plan.attention_pairs,
                                          plan.kv_read_slots, copied, swapped, plan.num_seqs,
                                          plan.num_prefill_chunks)
@@ -138,6 +175,10 @@ class SimExecutor:
     def decode_durations(self, sum_positions: int, num_seqs: int, span: int) -> list[float]:
         """Durations of ``span`` steady decode steps, for fast-forwarding (a price only:
         ``decoded_span`` says which of them ran)."""
+        if self.operator:
+            seconds, columns = self.cost_model.decode_span(sum_positions, num_seqs, span)
+            self._priced = (sum_positions, num_seqs, columns)
+            return seconds
         return self.cost_model.decode_seconds(sum_positions, num_seqs, span)
 
     def decoded_span(self, sum_positions: int, num_seqs: int, span: int) -> None:
@@ -145,3 +186,41 @@ class SimExecutor:
         ...)`` ran (fast-forwarded)."""
         if self.fit_range is not None:
             self.fit_range.decode_span(sum_positions, num_seqs, span)
+        if not self.operator or span <= 0:
+            return
+        positions, seqs, columns = self._priced
+        if positions != sum_positions or seqs != num_seqs or len(columns[0]) < span:
+            columns = self.cost_model.decode_span(sum_positions, num_seqs, span)[1]
+        self.phase_rows.append([column[:span] for column in columns])
+        # step i reads sum_positions + num_seqs * (i + 1) slots
+        self.decode_read_slots += span * sum_positions + num_seqs * span * (span + 1) // 2
+        if self._tally is not None:
+            for kv_read in range(sum_positions, sum_positions + num_seqs * span, num_seqs):
+                self._tally(num_seqs, (kv_read + num_seqs) / num_seqs)
+
+    def phase_columns(self) -> dict[str, list[float]]:
+        """Each phase's seconds per step (``<phase>_s``), in step order; none for the roofline."""
+        if not self.operator:
+            return {}
+        columns: list[list[float]] = [[] for _ in PHASES]
+        for row in self.phase_rows:
+            if isinstance(row, tuple):  # one step
+                for column, value in zip(columns, row):
+                    column.append(value)
+            else:  # a span's columns
+                for column, values in zip(columns, row):
+                    column.extend(values)
+        return {f"{name}_s": column for name, column in zip(PHASES, columns)}
+
+    def cost_report(self) -> dict:
+        """For results.json: the cost model, its profiles and (operator model, a measured
+        kernel profile) the decode steps priced beyond the profile's range."""
+        model = self.cost_model
+        if not self.operator:
+            return {"model": "roofline"}
+        report = {"model": "operator", "kernel_profile": model.kernel_profile,
+                  "host_profile": model.host_profile, "decode_read_slots": self.decode_read_slots}
+        kernel_range = model.range_report()
+        if kernel_range is not None:
+            report["kernel_range"] = kernel_range
+        return report

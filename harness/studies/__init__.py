@@ -31,7 +31,7 @@ from harness.run_setup import REQUIRED_KEYS, run_setup
 
 _SUMMARY_KEYS = ("label", "allocator", "memory", "requests", "throughput", "latency", "batch",
                  "preemptions", "swaps", "prefix_cache", "sharing_savings_pct", "complete",
-                 "stop_reason", "study")
+                 "stop_reason", "study", "time_by_phase_s", "cost_model")
 
 
 def _plain(cfg: Any) -> dict:

@@ -126,6 +126,9 @@ def run_job(job: Job) -> dict:
     executor = make_executor(engine, system, model, hardware, manager, seed=seed)
     start = time.perf_counter()
     run = run_engine(workload.requests, scheduler, executor, engine, max_model_len=max_model_len)
+    if hasattr(executor, "cost_report"):  # sim: seconds per phase, profiles, ranges
+        run.recorder.add_columns(executor.phase_columns())
+        run.cost_model = executor.cost_report()
     steps = run.recorder.step_table()
     summary = _system_summary(system, run, steps, run.recorder.request_table())
     duration = steps["duration_s"].to_numpy(dtype=float)

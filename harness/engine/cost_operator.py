@@ -1,0 +1,145 @@
+"""The per-operator step cost model (``engine.cost.model=operator``).
+
+A step's time is the sum of its operators' times, each priced on its own (they run one
+after the other on the device's stream, then the host's work; nothing overlaps):
+
+* ``linear``: the projections and MLP of every layer and the LM head, one GEMM per matrix
+  over the step's batched tokens, so the weights are read once per step:
+  ``max(tokens * 2 * (params - vocab * hidden) / (peak * compute_efficiency),
+  weight_bytes / (bandwidth * bandwidth_efficiency))``. Without chunked prefill a step is
+  all prefill or all decode, so this is each phase's own roofline.
+* ``attention_prefill``: ``4 * layers * heads * head_dim`` FLOPs per (query, context)
+  pair of the prefill chunks, causal (token i of a chunk from position s attends to
+  s + i + 1 positions), at ``peak * compute_efficiency``.
+* ``attention_decode``: the KV the decodes read (``bytes_per_slot`` per slot, each
+  decode reading its context and its own token) at ``bandwidth * e``, where ``e`` is the
+  kernel profile's efficiency for the layout (paged / contiguous), block size, GQA group,
+  head dim and dtype of the run, at the step's decode batch and mean context
+  (``harness.engine.cost_profiles``).
+* ``kv_write``: each computed token's KV written, ``bytes_per_slot`` at
+  ``bandwidth * bandwidth_efficiency``; ``copy``: copy-on-write / fork block copies, read
+  and written (2 x); ``swap``: swapped slots over the host link (``swap_bandwidth_gbps``).
+* ``host``: the host profile's ``per_step_s + per_seq_s * scheduled sequences``
+  (scheduling, input preparation, sampling, output processing).
+
+``bandwidth`` and ``peak`` are the hardware profile's spec-sheet figures; the efficiencies
+are ``engine.cost``'s (or a calibrated profile's derived ones, as in the roofline).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.config import CostSpec, HardwareSpec, ModelSpec
+from harness.engine.cost_profiles import (DecodeEfficiency, decode_efficiency, load_host_profile,
+                                          load_kernel_profile)
+
+# The phases of a step, in the order they are summed (the steps_*.csv columns, ``_s`` added).
+PHASES = ("linear", "attention_prefill", "attention_decode", "kv_write", "copy", "swap", "host")
+# Longer spans of a kernel profile flat in batch and context are priced on numpy arrays
+# (IEEE doubles, the same operations in the same order as ``phases``: the same bits).
+SCALAR_SPAN = 24
+
+
+def kernel_profile_name(hardware: HardwareSpec, cost: CostSpec) -> str:
+    """The kernel profile a run uses: ``engine.cost.kernel_profile``, else the hardware's."""
+    return cost.kernel_profile or hardware.kernel_profile
+
+
+class OperatorCostModel:
+    """Prices a step as the sum of ``PHASES`` (see the module docstring) for one system:
+    its layout (``paged`` or ``contiguous``) and block size select the decode kernel's
+    efficiency curve."""
+
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec, layout: str,
+                 block_size: int | None, swap_bandwidth_gbps: float = 25.0) -> None:
+        compute_eff, bandwidth_eff = cost.compute_efficiency, cost.bandwidth_efficiency
+        fitted = hardware.fitted_contiguous if layout == "contiguous" else None
+        fitted = fitted or hardware.fitted
+        if fitted is not None:
+            compute_eff = fitted.compute_efficiency or compute_eff
+            bandwidth_eff = fitted.bandwidth_efficiency or bandwidth_eff
+        peak_flops = hardware.peak_fp16_tflops * 1e12 * compute_eff
+        bandwidth = hardware.hbm_bandwidth_gbps * 1e9 * bandwidth_eff
+        bytes_per_slot = float(model.bytes_per_slot)
+        self.token_s = 2.0 * (model.num_params - model.vocab_size * model.hidden_size) / peak_flops
+        self.weights_s = float(model.weight_bytes) / bandwidth
+        self.prefill_pair_s = 4.0 * model.layers * model.num_heads * model.head_dim / peak_flops
+        self.write_slot_s = bytes_per_slot / bandwidth
+        self.copy_slot_s = 2.0 * bytes_per_slot / bandwidth
+        self.swap_slot_s = bytes_per_slot / (swap_bandwidth_gbps * 1e9)
+        # a decode's KV slot at the spec bandwidth, before the kernel's efficiency
+        self.read_slot_s = bytes_per_slot / (hardware.hbm_bandwidth_gbps * 1e9)
+        profile = load_kernel_profile(kernel_profile_name(hardware, cost), cost.kernel_results)
+        self.kernel_profile = profile.name
+        self.efficiency: DecodeEfficiency = decode_efficiency(
+            profile, layout, block_size, model.num_heads // model.num_kv_heads, model.head_dim,
+            model.dtype)
+        constant = self.efficiency.constant
+        self.read_slot_at_constant_s = self.read_slot_s / constant if constant else None
+        host = load_host_profile(cost.host_profile)
+        self.host_profile = host.name
+        self.host_step_s, self.host_seq_s = host.per_step_s, host.per_seq_s
+
+    def phases(self, tokens: int, prefill_pairs: int, decode_pairs: int, decode_seqs: int,
+               copied_slots: int, swapped_slots: int, num_seqs: int) -> tuple[float, ...]:
+        """Seconds of each of ``PHASES`` for one step.
+
+        NOTE: ``decode_seconds`` prices fast-forwarded steps through this same method
+        with the same integers, so bulk and single steps agree bit for bit.
+        """
+        linear = tokens * self.token_s
+        if linear < self.weights_s:
+            linear = self.weights_s
+        if decode_seqs:
+            per_slot = self.read_slot_at_constant_s
+            if per_slot is None:
+                per_slot = self.read_slot_s / self.efficiency(decode_seqs, decode_pairs / decode_seqs)
+            decode = decode_pairs * per_slot
+        else:
+            decode = 0.0
+        return (linear, prefill_pairs * self.prefill_pair_s, decode, tokens * self.write_slot_s,
+                copied_slots * self.copy_slot_s, swapped_slots * self.swap_slot_s,
+                self.host_step_s + self.host_seq_s * num_seqs)
+
+    def decode_phases(self, sum_positions: int, num_seqs: int, span: int) -> list[tuple[float, ...]]:
+        """``phases`` of ``span`` pure-decode steps: ``num_seqs`` sequences whose positions
+        sum to ``sum_positions`` before the first, each appending one token per step (step
+        i reads ``sum_positions + num_seqs * i`` cached slots and its own)."""
+        phases = self.phases
+        return [phases(num_seqs, 0, kv_read + num_seqs, num_seqs, 0, 0, num_seqs)
+                for kv_read in range(sum_positions, sum_positions + num_seqs * span, num_seqs)]
+
+    def decode_span(self, sum_positions: int, num_seqs: int, span: int
+                    ) -> tuple[list[float], list[list[float]]]:
+        """``decode_phases`` as (each step's seconds, each phase's column of ``span``
+        values): the same numbers, from numpy when the profile is flat and the span long."""
+        per_slot = self.read_slot_at_constant_s
+        if per_slot is None or span <= SCALAR_SPAN:
+            rows = self.decode_phases(sum_positions, num_seqs, span)
+            return [step_seconds(row) for row in rows], [list(c) for c in zip(*rows)]
+        linear = num_seqs * self.token_s
+        if linear < self.weights_s:
+            linear = self.weights_s
+        kv_read = (sum_positions + num_seqs * np.arange(span, dtype=np.int64)).astype(np.float64)
+        decode = (kv_read + num_seqs) * per_slot  # [span]; pairs = kv_read + num_seqs, exact
+        prefill, write = 0 * self.prefill_pair_s, num_seqs * self.write_slot_s
+        copy, swap = 0 * self.copy_slot_s, 0 * self.swap_slot_s
+        host = self.host_step_s + self.host_seq_s * num_seqs
+        seconds = linear + prefill + decode + write + copy + swap + host
+        return seconds.tolist(), [[linear] * span, [prefill] * span, decode.tolist(),
+                                  [write] * span, [copy] * span, [swap] * span, [host] * span]
+
+    def range_report(self) -> dict | None:
+        """The decode steps priced beyond the kernel profile's measured range, or None when
+        the profile holds for any batch and context."""
+        eff = self.efficiency
+        if not eff.ranged and eff.note is None:
+            return None
+        return {"kernel_profile": self.kernel_profile, **eff.report()}
+
+
+def step_seconds(phases: tuple[float, ...]) -> float:
+    """A step's time: its phases summed in ``PHASES`` order."""
+    linear, prefill, decode, write, copy, swap, host = phases
+    return linear + prefill + decode + write + copy + swap + host
