@@ -46,7 +46,7 @@ import torch
 
 from harness.config import EngineSpec, ModelSpec, SystemSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
-from harness.engine.model import LlamaModel, dense_causal_attention, exact_decode_attention
+from harness.engine.model import DecoderModel, dense_causal_attention, exact_decode_attention
 from harness.engine.plan import StepPlan
 from harness.engine.torch_device import (device_name, get_model, resolve_batch_invariant,
                                          resolve_device, set_cpu_threads)
@@ -103,7 +103,7 @@ class TorchExecutor:
     name = "torch"
 
     def __init__(self, model_spec: ModelSpec, system: SystemSpec, manager, engine: EngineSpec, *,
-                 max_model_len: int, seed: int = 0, model: LlamaModel | None = None) -> None:
+                 max_model_len: int, seed: int = 0, model: DecoderModel | None = None) -> None:
         self.device = resolve_device(engine.device)
         if self.device.type == "cpu" and engine.cpu_threads is not None:
             set_cpu_threads(engine.cpu_threads)  # NOTE: process-wide
@@ -116,6 +116,12 @@ class TorchExecutor:
             raise ConfigError(f"engine.kernel_backend={backend}: {exc}") from None
         self.model = model or get_model(model_spec, self.device, seed, self.batch_invariant)
         self.spec, self.system, self.manager, self.engine = model_spec, system, manager, engine
+        window = model_spec.sliding_window
+        if window is not None and window < max_model_len and not self.batch_invariant:
+            raise ConfigError(f"model={model_spec.name} has a sliding window of {window} tokens, "
+                              f"below max_model_len={max_model_len}, and the decode kernels attend "
+                              f"to the whole context: set engine.max_model_len={window} or "
+                              "engine.batch_invariant=true")
         self.seed = seed
         self.sampling = engine.sampling
         self.paged = system.kind == "paged"
@@ -366,7 +372,8 @@ class TorchExecutor:
                 if exact:  # float64 accumulation: the same rounding as the prefill path
                     flat_k, flat_v = self.kv_flat[layer]
                     out[:n_dec] = exact_decode_attention(q_dec, flat_k, flat_v, decode_slots,
-                                                         inputs.decode_lens_host, model.scale)
+                                                         inputs.decode_lens_host, model.scale,
+                                                         model.window)
                 elif self.paged:
                     paged_decode_attention(q_dec, k_cache, v_cache, inputs.decode_index,
                                            inputs.decode_lens, max_context_len=inputs.max_decode_len,
@@ -382,7 +389,7 @@ class TorchExecutor:
                     r0, r1 = p.rows
                     out[r0:r1] = dense_causal_attention(
                         q[r0:r1], flat_k.index_select(0, slots), flat_v.index_select(0, slots),
-                        p.start, batch_invariant=exact, scale=model.scale)
+                        p.start, batch_invariant=exact, scale=model.scale, window=model.window)
             return out
 
         return attend
