@@ -68,7 +68,7 @@ def spec_keys(path: str) -> dict[str, Any]:
     model_type = fields.get("model_type", str)
     reader = FAMILIES.get(model_type)
     if reader is None:
-        raise InputError(f"model_type {model_type!r} is not supported (supported: "
+        raise InputError(f"{model_type!r} is not supported (supported: "
                          f"{', '.join(sorted(FAMILIES))})", path=str(file), field="model_type")
     architectures = fields.get("architectures", list, default=[])
     if architectures and architectures[0] not in reader.architectures:
