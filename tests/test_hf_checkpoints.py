@@ -6,7 +6,8 @@ through ``model=hf model.path=DIR`` and must match the reference implementation:
 within float32 tolerance, and greedy generation of 32 tokens identical to transformers'
 greedy choice (each token the argmax of its forward over the tokens before it) on every
 system: paged with block sizes 1 and 16, prefix caching on and off, max, oracle, and after
-preemption by recompute and by swap.
+preemption by recompute and by swap; with chunked prefill; and on the float32 path
+(``engine.batch_invariant=false``: the prefill and decode kernels' torch references).
 """
 
 from __future__ import annotations
@@ -146,6 +147,12 @@ SYSTEMS = {
     "oracle": lambda: (contiguous("oracle"), engine()),
     "paged16_recompute": lambda: (paged(16, prefix_caching=True), engine(kv_capacity_slots=128)),
     "paged16_swap": lambda: (paged(16), engine(kv_capacity_slots=128, preemption="swap")),
+    # chunked prefill: later chunks read the earlier ones' KV from the cache
+    "paged16_chunked": lambda: (paged(16, prefix_caching=True),
+                                engine(chunked_prefill=True, max_num_batched_tokens=12)),
+    # the float32 path: prefill_attention and the decode kernels' torch reference
+    "paged16_prefix_fp32": lambda: (paged(16, prefix_caching=True), engine(batch_invariant=False)),
+    "oracle_fp32": lambda: (contiguous("oracle"), engine(batch_invariant=False)),
 }
 
 
@@ -171,6 +178,8 @@ def test_greedy_generation_matches_transformers(checkpoints, reference_tokens, f
         assert result.scheduler.num_preemptions > 0
     if system.endswith("swap"):
         assert result.scheduler.num_swaps > 0
+    if system.endswith("chunked"):  # every prompt (17..40 tokens) ran in chunks of <= 12
+        assert max(step.num_tokens for step in result.executor.step_log) <= 12
     if system.endswith("prefix"):
         assert result.scheduler.prompt_tokens_cached > 0
 
