@@ -353,6 +353,7 @@ class EngineSpec:
     telemetry_interval_s: float = 0.1  # NVML sampling period in seconds (0 = no telemetry)
     profile_activation_tokens: int | None = None  # capacity profiling pass; null = max_num_batched_tokens
     cpu_threads: int | None = None  # torch intra-op threads for CPU runs (null = torch's default)
+    cuda_graphs: bool = True  # CUDA: decode steps replay graphs captured per batch bucket; false = eager
 
     def validate(self, where: str) -> None:
         _require(self.executor in ("sim", "torch"), f"{where}.executor", "must be 'sim' or 'torch'")
@@ -361,7 +362,8 @@ class EngineSpec:
         _require(self.preemption in ("recompute", "swap"), f"{where}.preemption",
                  "must be 'recompute' or 'swap'")
         _require_int(self, where, "max_num_seqs", "max_num_batched_tokens")
-        _require_bool(self, where, "chunked_prefill", "fast_forward", "block_tables_on_device")
+        _require_bool(self, where, "chunked_prefill", "fast_forward", "block_tables_on_device",
+                      "cuda_graphs")
         _require_number(self, where, "gpu_memory_utilization", rule=FRACTION)
         _require_number(self, where, "activation_reserve_gib", "swap_space_gib")
         _require_int(self, where, "kv_capacity_slots", optional=True, maximum=MAX_KV_SLOTS,

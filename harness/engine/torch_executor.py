@@ -47,6 +47,7 @@ import torch
 
 from harness.config import EngineSpec, ModelSpec, SystemSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
+from harness.engine.cuda_graphs import DecodeGraphs, capture_sizes, pad_decode_arrays
 from harness.engine.model import DecoderModel, dense_causal_attention, exact_decode_attention
 from harness.engine.plan import StepPlan
 from harness.engine.torch_device import (device_name, get_model, resolve_batch_invariant,
@@ -73,6 +74,7 @@ class StepSample(NamedTuple):
     host_prep_s: float  # building + uploading the step's integer arrays
     device_s: float | None  # CUDA-event time of the step (None on CPU)
     table_rows_uploaded: int  # block-table rows sent to the device this step
+    cuda_graph: bool = False  # the step replayed a captured decode graph
 
 
 @dataclass
@@ -100,6 +102,7 @@ class _StepInputs:
     prefill_lens: torch.Tensor | None  # [num_prefill] int32: each chunk's end
     sample_rows: torch.Tensor | None  # [S] long
     sample_seqs: list[tuple] = field(default_factory=list)  # per sample row: the sequences
+    graph_bucket: int | None = None  # a decode step replaying this bucket's CUDA graph
 
 
 class TorchExecutor:
@@ -155,8 +158,15 @@ class TorchExecutor:
         self.generated_tokens = 0
         self.first_step_wall: float | None = None
         self.telemetry = None
+        self.graphs: DecodeGraphs | None = None
+        self.decode_path = self._decode_path(engine)
         if self.cuda:
             self._warmup()
+            if self.decode_path == "cuda graphs":
+                width = (-(-max_model_len // self.block_size),) if self.paged else ()
+                self.graphs = DecodeGraphs(self.model, sizes=capture_sizes(engine.max_num_seqs),
+                                           index_shape=width, max_context_len=max_model_len,
+                                           attention_fn=self._graph_attention)
             if engine.telemetry_interval_s > 0:
                 from harness.nvml import NvmlSampler
 
@@ -224,7 +234,13 @@ class TorchExecutor:
             inputs, features, rows_uploaded = self._prepare(plan)
             host_prep = time.perf_counter() - host_start
             sampled: dict[int, int] = {}
-            if inputs is not None:
+            if inputs is not None and inputs.graph_bucket is not None:
+                logits = self.graphs.replay(inputs.graph_bucket, inputs.num_decode, inputs.tokens,
+                                            inputs.positions, inputs.write_slots, inputs.decode_lens,
+                                            inputs.index)  # [num_decode, vocab]
+                if inputs.sample_rows is not None:
+                    sampled = self._sample(logits.index_select(0, inputs.sample_rows), inputs.sample_seqs)
+            elif inputs is not None:
                 hidden = self.model.forward(inputs.tokens, inputs.positions, self._attention(inputs))
                 if inputs.sample_rows is not None:
                     logits = self.model.logits(hidden.index_select(0, inputs.sample_rows))  # [S, vocab]
@@ -238,7 +254,8 @@ class TorchExecutor:
         unit = self.block_size
         self.step_log.append(StepSample(*features, len(plan.copies) * unit,
                                         (len(plan.swap_in) + len(plan.swap_out)) * unit,
-                                        duration, host_prep, device_s, rows_uploaded))
+                                        duration, host_prep, device_s, rows_uploaded,
+                                        inputs is not None and inputs.graph_bucket is not None))
         self.generated_tokens += len(sampled)
         return duration, sampled
 
@@ -315,6 +332,11 @@ class TorchExecutor:
             arrays["prefill_lens"] = np.asarray([p.end for p in prefills], dtype=np.int32)
         if sample_rows:
             arrays["sample_rows"] = np.asarray(sample_rows, dtype=np.int32)
+        bucket = None
+        if self.graphs is not None and not prefills and not extra_rows:
+            bucket = self.graphs.fits(len(decode), table_prep.width if paged else 0)
+            if bucket is not None:
+                arrays = pad_decode_arrays(arrays, len(decode), bucket)
         dev = self.uploader.upload(arrays)
         if paged:
             index = self.tables.finish(
@@ -329,6 +351,7 @@ class TorchExecutor:
             max_decode_len=max(dec_lens, default=0), decode_lens_host=dec_lens, prefills=prefills,
             query_starts=dev.get("query_starts"), prefill_lens=dev.get("prefill_lens"),
             sample_rows=dev["sample_rows"].long() if sample_rows else None, sample_seqs=sample_seqs,
+            graph_bucket=bucket,
         )
         rows_uploaded = table_prep.rows_changed if table_prep is not None else 0
         return inputs, features, rows_uploaded
@@ -399,6 +422,30 @@ class TorchExecutor:
             return out
 
         return attend
+
+    def _graph_attention(self, index: torch.Tensor, lens: torch.Tensor, slots: torch.Tensor,
+                         max_context_len: int):
+        """The decode attention a captured graph runs: KV write, then the decode kernel."""
+        model, backend, window = self.model, self.backend, self.model.window
+        decode = paged_decode_attention if self.paged else contiguous_decode_attention
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            k_cache, v_cache = self.k_caches[layer], self.v_caches[layer]
+            write_kv_cache(k, v, k_cache, v_cache, slots, backend=backend)
+            return decode(q, k_cache, v_cache, index, lens, max_context_len=max_context_len,
+                          scale=model.scale, sliding_window=window, backend=backend)
+
+        return attend
+
+    def _decode_path(self, engine: EngineSpec) -> str:
+        """Which path decode steps take, as the report says it."""
+        if not self.cuda:
+            return "eager (CPU: no CUDA graphs)"
+        if not engine.cuda_graphs:
+            return "eager (engine.cuda_graphs=false)"
+        if self.batch_invariant:
+            return "eager (batch_invariant: its float64 attention loops over sequences on the host)"
+        return "cuda graphs"
 
     def _slot_index(self, index: torch.Tensor, max_len: int) -> torch.Tensor:
         """[chunks, max_len] long: the slot of every context position, read through the
@@ -480,6 +527,9 @@ class TorchExecutor:
             "batch_invariant": self.batch_invariant,
             "kernel_backend": "torch reference" if self.resolved_backend == "torch" else "triton",
             "block_tables_on_device": isinstance(self.tables, ResidentBlockTables),
+            "decode_path": self.decode_path,
+            "cuda_graph_sizes": self.graphs.sizes if self.graphs is not None else None,
+            "cuda_graph_steps": sum(s.cuda_graph for s in log),
             "weights_gib": round(self.model.weight_bytes / 2**30, 3),
             "kv_cache_gib": round(self.kv_cache_bytes / 2**30, 3) if self.kv is not None else None,
             "steps": len(log),
