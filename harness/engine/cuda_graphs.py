@@ -72,20 +72,23 @@ class DecodeGraphs:
         self.lens = torch.zeros(top, dtype=torch.int32, device=device)
         self.index = torch.zeros((top, *index_shape), dtype=torch.int32, device=device)
         self.max_context_len = max_context_len
+        # every graph writes its logits here: one [max bucket, vocab] buffer, not one per graph
+        self.logits = torch.empty((top, model.vocab_size), dtype=torch.float32, device=device)
         self.attention_fn = attention_fn
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         pool = None
         for size in reversed(sizes):  # largest first: the smaller ones reuse its memory pool
             self.graphs[size] = self._capture(size, pool)
-            pool = self.graphs[size][0].pool()
+            pool = self.graphs[size].pool()
 
-    def _forward(self, size: int) -> torch.Tensor:
+    def _forward(self, size: int) -> None:
+        """The decode forward of the first ``size`` static rows; logits into ``self.logits``."""
         attend = self.attention_fn(self.index[:size], self.lens[:size], self.slots[:size],
                                    self.max_context_len)
         hidden = self.model.forward(self.tokens[:size], self.positions[:size], attend)
-        return self.model.logits(hidden)  # [size, vocab] float32
+        self.logits[:size].copy_(self.model.logits(hidden))  # [size, vocab] float32
 
-    def _capture(self, size: int, pool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    def _capture(self, size: int, pool) -> torch.cuda.CUDAGraph:
         stream = torch.cuda.Stream(self.model.device)
         stream.wait_stream(torch.cuda.current_stream(self.model.device))
         with torch.cuda.stream(stream), torch.inference_mode():
@@ -93,8 +96,8 @@ class DecodeGraphs:
         torch.cuda.current_stream(self.model.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.inference_mode(), torch.cuda.graph(graph, pool=pool):
-            logits = self._forward(size)
-        return graph, logits
+            self._forward(size)
+        return graph
 
     def fits(self, num_seqs: int, table_width: int) -> int | None:
         """The bucket a decode step of ``num_seqs`` rows (block tables ``table_width`` wide;
@@ -116,6 +119,5 @@ class DecodeGraphs:
             self.index[:num_seqs, :index.shape[1]].copy_(index)
         else:
             self.index[:num_seqs].copy_(index)
-        graph, logits = self.graphs[bucket]
-        graph.replay()
-        return logits[:num_seqs]
+        self.graphs[bucket].replay()
+        return self.logits[:num_seqs]
