@@ -545,10 +545,9 @@ class TorchExecutor:
         if device_s:
             out["device_busy_ms"] = _stats(np.asarray(device_s) * 1e3)
         if self.paged:
-            decode_rows = sum(s.num_decode_seqs for s in log)
+            rows = sum(s.num_decode_seqs + s.num_prefill_chunks for s in log)  # one per chunk
             uploaded = sum(s.table_rows_uploaded for s in log)
-            out["block_table_rows_uploaded_pct"] = (round(100 * uploaded / decode_rows, 2)
-                                                    if decode_rows else None)
+            out["block_table_rows_uploaded_pct"] = round(100 * uploaded / rows, 2) if rows else None
         if self.telemetry is not None:
             summary = self.telemetry.stop()
             out["nvml"] = summary.as_dict(self.generated_tokens)
