@@ -41,6 +41,10 @@ def load_model_spec(node: Any, where: str = "model") -> ModelSpec:
         raise ConfigError(f"{where}.{extra[0]}: comes from the checkpoint's config.json when "
                           f"{where}.path is set; only {', '.join(OVERRIDABLE)} may be set beside it")
     keys = spec_keys(data["path"])
+    longest = keys["max_context"]
+    if isinstance(data.get("max_context"), int) and data["max_context"] > longest:
+        raise ConfigError(f"{where}.max_context={data['max_context']}: the checkpoint's "
+                          f"max_position_embeddings is {longest}; set at most that")
     keys.update({k: data[k] for k in OVERRIDABLE if data.get(k) is not None})
     return build_spec(ModelSpec, keys, where)
 

@@ -207,5 +207,29 @@ def test_missing_files_and_unsupported_architectures_are_one_line_errors(checkpo
         DecoderModel(_spec(broken))
     with pytest.raises(ConfigError, match="model.hidden_size: comes from the checkpoint"):
         load_model_spec({"path": str(directory), "hidden_size": 8})
+    with pytest.raises(ConfigError, match="model.max_context=4096: the checkpoint's max_position"):
+        load_model_spec({"path": str(directory), "max_context": 4096})
     with pytest.raises(ConfigError, match="model.path: model=hf needs a checkpoint directory"):
         load_model_spec({"name": None, "path": None})
+
+
+def test_every_model_yaml_states_its_architecture_and_rotary_settings():
+    from pathlib import Path
+
+    import yaml
+
+    from harness.config import build_spec
+
+    conf = Path(__file__).resolve().parents[1] / "conf" / "model"
+    for path in conf.glob("*.yaml"):
+        node = yaml.safe_load(path.read_text())
+        if path.stem == "hf":  # everything comes from the checkpoint
+            continue
+        assert node["architecture"] in ("llama", "opt"), path
+        build_spec(ModelSpec, node, "model")
+    llama31 = build_spec(ModelSpec, yaml.safe_load((conf / "llama-3.1-8b.yaml").read_text()), "model")
+    assert llama31.rope_theta == 500_000.0  # meta-llama/Llama-3.1-8B config.json
+    assert (llama31.rope_scaling.type, llama31.rope_scaling.factor,
+            llama31.rope_scaling.original_max_position_embeddings) == ("llama3", 8.0, 8192)
+    opt = build_spec(ModelSpec, yaml.safe_load((conf / "opt-13b.yaml").read_text()), "model")
+    assert (opt.architecture, opt.mlp) == ("opt", "relu")
