@@ -98,7 +98,9 @@ def test_graph_path_generates_the_eager_tokens(system):
     assert scheduler.tokens == eager.tokens
     graph_steps = sum(s.cuda_graph for s in executor.step_log)
     decode_only = sum(s.num_prefill_chunks == 0 and s.num_decode_seqs > 0 for s in executor.step_log)
-    assert graph_steps > 0 and executor.report()["cuda_graph_steps"] == graph_steps
+    report = executor.report()
+    assert graph_steps > 0 and report["cuda_graph_steps"] == graph_steps
+    assert report["decode_step_ms_cuda_graph"]["count"] == graph_steps
     if system.kind == "paged":  # contiguous forks' extra KV writes run eagerly
         assert graph_steps == decode_only
 

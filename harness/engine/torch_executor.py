@@ -541,6 +541,10 @@ class TorchExecutor:
             "host_prep_ms": _stats(host * 1e3),
             "host_prep_share_pct": round(100 * float(host.sum()) / total, 2) if total else None,
         }
+        graph = np.asarray([s.cuda_graph for s in log], dtype=bool)
+        if graph.any():  # decode steps by path: replayed graphs vs eager (prefill-free) steps
+            out["decode_step_ms_cuda_graph"] = _stats(durations[graph] * 1e3)
+            out["decode_step_ms_eager"] = _stats(durations[decode_only & ~graph] * 1e3)
         device_s = [s.device_s for s in log if s.device_s is not None]
         if device_s:
             out["device_busy_ms"] = _stats(np.asarray(device_s) * 1e3)
