@@ -81,7 +81,7 @@ def _run_with_graphs(requests, system, spec):
     width = (-(-MAX_MODEL_LEN // executor.block_size),) if executor.paged else ()
     executor.graphs = _CpuDecodeGraphs(executor.model, sizes=capture_sizes(spec.max_num_seqs),
                                        index_shape=width, max_context_len=MAX_MODEL_LEN,
-                                       attention_fn=executor._graph_attention)
+                                       attention_fn=executor.attention.for_graph)
     run_engine(tuple(requests), scheduler, executor, spec, max_model_len=MAX_MODEL_LEN)
     return scheduler, executor
 

@@ -39,7 +39,6 @@ device busy time (CUDA events) and host preparation time are kept beside it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -47,8 +46,9 @@ import torch
 
 from harness.config import EngineSpec, ModelSpec, SystemSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
+from harness.engine.cache_attention import CacheAttention, PrefillChunk, StepInputs
 from harness.engine.cuda_graphs import DecodeGraphs, capture_sizes, pad_decode_arrays
-from harness.engine.model import DecoderModel, dense_causal_attention, exact_decode_attention
+from harness.engine.model import DecoderModel, dense_causal_attention
 from harness.engine.plan import StepPlan
 from harness.engine.torch_device import (device_name, get_model, resolve_batch_invariant,
                                          resolve_device, set_cpu_threads)
@@ -75,34 +75,6 @@ class StepSample(NamedTuple):
     device_s: float | None  # CUDA-event time of the step (None on CPU)
     table_rows_uploaded: int  # block-table rows sent to the device this step
     cuda_graph: bool = False  # the step replayed a captured decode graph
-
-
-@dataclass
-class _Prefill:
-    rows: tuple[int, int]  # [r0, r1) rows of the step's token arrays
-    start: int  # position of the chunk's first token
-    end: int  # position after its last token (the context it attends to)
-
-
-@dataclass
-class _StepInputs:
-    tokens: torch.Tensor  # [T] long
-    positions: torch.Tensor  # [T] long
-    write_slots: torch.Tensor  # [W] int32, W = T + member rows (contiguous forks)
-    write_rows: torch.Tensor | None  # [W] long rows of k/v to write, None = 0..T-1
-    num_decode: int
-    # every chunk's row (decode chunks, then prefill chunks) of the cache index:
-    # paged: block tables [n, width]; contiguous: start slots [n]
-    index: torch.Tensor
-    decode_lens: torch.Tensor | None  # [num_decode] int32
-    max_decode_len: int
-    decode_lens_host: list[int]
-    prefills: list[_Prefill]
-    query_starts: torch.Tensor | None  # [num_prefill + 1] int32: prefill rows, from row num_decode
-    prefill_lens: torch.Tensor | None  # [num_prefill] int32: each chunk's end
-    sample_rows: torch.Tensor | None  # [S] long
-    sample_seqs: list[tuple] = field(default_factory=list)  # per sample row: the sequences
-    graph_bucket: int | None = None  # a decode step replaying this bucket's CUDA graph
 
 
 class TorchExecutor:
@@ -144,6 +116,9 @@ class TorchExecutor:
         self.v_caches = [self.kv[i, 1] for i in range(layers)]
         self.kv_flat = [(k.view(-1, kv_heads, head_dim), v.view(-1, kv_heads, head_dim))
                         for k, v in zip(self.k_caches, self.v_caches)]
+        self.attention = CacheAttention(self.model, self.k_caches, self.v_caches, self.kv_flat,
+                                        paged=self.paged, block_size=self.block_size,
+                                        backend=self.backend, batch_invariant=self.batch_invariant)
         self.cpu_kv: torch.Tensor | None = None
         if engine.preemption == "swap" and self.num_cpu_units:
             self._allocate_swap_space()
@@ -166,7 +141,7 @@ class TorchExecutor:
                 width = (-(-max_model_len // self.block_size),) if self.paged else ()
                 self.graphs = DecodeGraphs(self.model, sizes=capture_sizes(engine.max_num_seqs),
                                            index_shape=width, max_context_len=max_model_len,
-                                           attention_fn=self._graph_attention)
+                                           attention_fn=self.attention.for_graph)
             if engine.telemetry_interval_s > 0:
                 from harness.nvml import NvmlSampler
 
@@ -241,7 +216,7 @@ class TorchExecutor:
                 if inputs.sample_rows is not None:
                     sampled = self._sample(logits.index_select(0, inputs.sample_rows), inputs.sample_seqs)
             elif inputs is not None:
-                hidden = self.model.forward(inputs.tokens, inputs.positions, self._attention(inputs))
+                hidden = self.model.forward(inputs.tokens, inputs.positions, self.attention.for_step(inputs))
                 if inputs.sample_rows is not None:
                     logits = self.model.logits(hidden.index_select(0, inputs.sample_rows))  # [S, vocab]
                     sampled = self._sample(logits, inputs.sample_seqs)
@@ -297,7 +272,7 @@ class TorchExecutor:
                 sample_seqs.append((seq, *c.members))
         # prefill chunks: their context [0, end) is read from the cache through the index
         row = len(decode)
-        prefills: list[_Prefill] = []
+        prefills: list[PrefillChunk] = []
         for c in prefill:
             seq, n = c.seq, c.num_tokens
             tokens[row:row + n] = seq.token_ids(c.start, c.end)
@@ -305,7 +280,7 @@ class TorchExecutor:
             write_slots.extend(manager.slot_mapping(seq.seq_id, c.start, c.end))
             self._index_row(seq.seq_id, seq_ids, tables, starts)
             self._member_writes(c, row, extra_rows, extra_slots)
-            prefills.append(_Prefill((row, row + n), c.start, c.end))
+            prefills.append(PrefillChunk((row, row + n), c.start, c.end))
             row += n
             if c.end == seq.num_tokens:
                 sample_rows.append(row - 1)
@@ -343,7 +318,7 @@ class TorchExecutor:
                 table_prep, {k[len("table_"):]: v for k, v in dev.items() if k.startswith("table_")})
         else:
             index = dev["starts"]
-        inputs = _StepInputs(
+        inputs = StepInputs(
             tokens=dev["tokens"].long(), positions=dev["positions"].long(),
             write_slots=dev["write_slots"],
             write_rows=dev["write_rows"].long() if extra_rows else None,
@@ -378,65 +353,6 @@ class TorchExecutor:
             extra_rows.extend(range(row, row + chunk.num_tokens))
             extra_slots.extend(self.manager.slot_mapping(member.seq_id, chunk.start, chunk.end))
 
-    def _attention(self, inputs: _StepInputs):
-        model, backend, exact = self.model, self.backend, self.batch_invariant
-        n_dec, window = inputs.num_decode, model.window
-        # the float64 path reads every context slot through the index: [chunks, max_len]
-        max_len = max([inputs.max_decode_len] + [p.end for p in inputs.prefills])
-        slot_index = self._slot_index(inputs.index, max_len) if exact else None
-        decode_index = inputs.index[:n_dec]
-        prefill_index = inputs.index[n_dec:]
-        max_query_len = max((p.rows[1] - p.rows[0] for p in inputs.prefills), default=0)
-
-        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            # q [T, num_heads, head_dim]; k, v [T, num_kv_heads, head_dim]
-            k_cache, v_cache = self.k_caches[layer], self.v_caches[layer]
-            if inputs.write_rows is not None:
-                k_new, v_new = k.index_select(0, inputs.write_rows), v.index_select(0, inputs.write_rows)
-            else:
-                k_new, v_new = k, v
-            # every new token's K/V first: the chunks below read their own keys from the cache
-            write_kv_cache(k_new, v_new, k_cache, v_cache, inputs.write_slots, backend=backend)
-            out = torch.empty_like(q)  # [T, num_heads, head_dim]
-            if exact:  # float64 accumulation, the same function for decode and prefill rows
-                flat_k, flat_v = self.kv_flat[layer]  # [num_slots, num_kv_heads, head_dim]
-                if n_dec:
-                    out[:n_dec] = exact_decode_attention(q[:n_dec], flat_k, flat_v, slot_index,
-                                                         inputs.decode_lens_host, model.scale, window)
-                for i, p in enumerate(inputs.prefills, start=n_dec):
-                    slots = slot_index[i, :p.end]
-                    r0, r1 = p.rows
-                    out[r0:r1] = dense_causal_attention(
-                        q[r0:r1], flat_k.index_select(0, slots), flat_v.index_select(0, slots),
-                        p.start, batch_invariant=True, scale=model.scale, window=window)
-                return out
-            if n_dec:
-                decode = paged_decode_attention if self.paged else contiguous_decode_attention
-                decode(q[:n_dec], k_cache, v_cache, decode_index, inputs.decode_lens,
-                       max_context_len=inputs.max_decode_len, scale=model.scale,
-                       sliding_window=window, out=out[:n_dec], backend=backend)
-            if inputs.prefills:
-                prefill_attention(q[n_dec:], k_cache, v_cache, prefill_index, inputs.query_starts,
-                                  inputs.prefill_lens, max_query_len=max_query_len, scale=model.scale,
-                                  sliding_window=window, out=out[n_dec:], backend=backend)
-            return out
-
-        return attend
-
-    def _graph_attention(self, index: torch.Tensor, lens: torch.Tensor, slots: torch.Tensor,
-                         max_context_len: int):
-        """The decode attention a captured graph runs: KV write, then the decode kernel."""
-        model, backend, window = self.model, self.backend, self.model.window
-        decode = paged_decode_attention if self.paged else contiguous_decode_attention
-
-        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            k_cache, v_cache = self.k_caches[layer], self.v_caches[layer]
-            write_kv_cache(k, v, k_cache, v_cache, slots, backend=backend)
-            return decode(q, k_cache, v_cache, index, lens, max_context_len=max_context_len,
-                          scale=model.scale, sliding_window=window, backend=backend)
-
-        return attend
-
     def _decode_path(self, engine: EngineSpec) -> str:
         """Which path decode steps take, as the report says it."""
         if not self.cuda:
@@ -446,19 +362,6 @@ class TorchExecutor:
         if self.batch_invariant:
             return "eager (batch_invariant: its float64 attention loops over sequences on the host)"
         return "cuda graphs"
-
-    def _slot_index(self, index: torch.Tensor, max_len: int) -> torch.Tensor:
-        """[chunks, max_len] long: the slot of every context position, read through the
-        block tables (paged) or the start offsets (contiguous); positions past a sequence's
-        length point at a valid slot and are masked."""
-        positions = torch.arange(max_len, device=self.device)  # [max_len]
-        if self.paged:
-            tables = index.long()  # [n, width]
-            width = tables.shape[1]
-            blocks = tables[:, (positions // self.block_size).clamp_(max=width - 1)]  # [n, max_len]
-            return blocks * self.block_size + positions % self.block_size
-        slots = index.long()[:, None] + positions[None, :]
-        return slots.clamp_(max=self.kv_flat[0][0].shape[0] - 1)
 
     def _sample(self, logits: torch.Tensor, sample_seqs: list[tuple]) -> dict[int, int]:
         """logits [S, vocab] float32 -> {seq_id: token}."""
@@ -571,6 +474,7 @@ class TorchExecutor:
             self.telemetry.stop()
         self.kv = self.cpu_kv = None
         self.k_caches = self.v_caches = self.kv_flat = []
+        self.attention = self.graphs = None
         self.tables = HostBlockTables()
         if self.cuda:
             torch.cuda.empty_cache()
