@@ -78,7 +78,7 @@ class StepSample(NamedTuple):
 
 
 class TorchExecutor:
-    """Runs step plans on a Llama-style model with KV memory laid out by ``manager``."""
+    """Runs step plans on the spec's DecoderModel with KV memory laid out by manager."""
 
     name = "torch"
 
