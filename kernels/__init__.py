@@ -4,6 +4,8 @@ Public API (import the submodules; this package imports nothing heavy itself):
 
 * ``kernels.paged_decode.paged_decode_attention`` -- decode attention over a paged cache
 * ``kernels.contiguous_decode.contiguous_decode_attention`` -- the same kernel, no block table
+* ``kernels.paged_prefill.prefill_attention`` -- prefill chunks over a paged or contiguous
+  cache, read in place (and ``prefill_attention_reference``)
 * ``kernels.cache_write`` -- ``write_kv_cache``, ``copy_blocks``, ``gather_blocks``,
   ``scatter_blocks``, ``swap_blocks``
 * ``kernels.reference`` -- torch implementations (test oracle and CPU execution path)

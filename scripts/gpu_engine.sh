@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The real-engine GPU check (issue 5): llama-2-13b dimensions (random weights), fp16, on the
+# The real-engine GPU check (issue 5): llama-2-13b dimensions (random weights, or a local
+# checkpoint: GPU_ENGINE_CHECKPOINT), fp16, on the
 # lent GPU (an H200), through the torch executor: Triton kernels, measured step times, NVML.
 #
 #   bash scripts/gpu_engine.sh [OUT_DIR]     (default: $OUT/engine, else outputs/gpu_engine)
 #   GPU_ENGINE_REQUESTS=200 GPU_ENGINE_BUDGET_S=400 PYTHON=python3 override the defaults;
 #   GPU_ENGINE_MODEL / _HARDWARE / _DEVICE (llama-2-13b / h200 / cuda) allow a CPU dry run:
 #   GPU_ENGINE_MODEL=tiny GPU_ENGINE_HARDWARE=cpu GPU_ENGINE_DEVICE=cpu GPU_ENGINE_REQUESTS=4
+#   GPU_ENGINE_CHECKPOINT=DIR: stages 1-2 run that local Hugging Face checkpoint (model=hf
+#   model.path=DIR; nothing is downloaded); unset, random weights of GPU_ENGINE_MODEL's
+#   dimensions. engine.md says which (calibration and hostcost always use GPU_ENGINE_MODEL).
 #
 # Stages (each time-limited; a failing stage is recorded and the next still runs):
 #   1. docqa, offline, paged vs contiguous max vs oracle   -> docqa/results.json, report.html
@@ -31,7 +35,16 @@ FIT_NAME="$HARDWARE-$MODEL-fit"
 : >"$LOG"
 install_pydeps 360   # the carried wheels (gpu_common.sh); a fresh machine needs them again
 GPU_NAME="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-COMMON=(engine=torch model="$MODEL" hardware="$HARDWARE" engine.device="$DEVICE" "systems=[paged,max,oracle]"
+CHECKPOINT="${GPU_ENGINE_CHECKPOINT:-}"
+if [[ -n "$CHECKPOINT" ]]; then
+  MODEL_ARGS=(model=hf model.path="$CHECKPOINT")
+  WEIGHTS="checkpoint $CHECKPOINT (model=hf)"
+else
+  MODEL_ARGS=(model="$MODEL")
+  WEIGHTS="random weights of $MODEL's dimensions (no checkpoint given: GPU_ENGINE_CHECKPOINT)"
+fi
+echo "weights: $WEIGHTS" | tee -a "$LOG"
+COMMON=(engine=torch "${MODEL_ARGS[@]}" hardware="$HARDWARE" engine.device="$DEVICE" "systems=[paged,max,oracle]"
         workload.num_requests="$REQUESTS" workload.arrival.process=offline
         engine.wall_time_limit_s=40 progress=false)
 
@@ -42,13 +55,13 @@ stage calibrate 80 30 "$PY" -m harness.calibrate --model "$MODEL" --hardware "$H
   --device "$DEVICE" --name "$FIT_NAME" --out "$OUT_DIR/$FIT_NAME.yaml" --json "$OUT_DIR/calibration.json"
 stage hostcost 30 0 "$PY" -m harness.hostcost --device "$DEVICE" --json "$OUT_DIR/hostcost.json"
 
-"$PY" - "$OUT_DIR" "${RESULTS[@]}" >"$OUT_DIR/engine.md" 2>>"$LOG" <<'EOF'
+"$PY" - "$OUT_DIR" "$WEIGHTS" "${RESULTS[@]}" >"$OUT_DIR/engine.md" 2>>"$LOG" <<'EOF'
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
-print("# Real-engine run (torch executor, random weights)\n")
+print(f"# Real-engine run (torch executor)\n\nweights: {sys.argv[2]}\n")
 print("| stage | rc | limit | time |\n|---|---|---|---|")
-print("\n".join(sys.argv[2:]))
+print("\n".join(sys.argv[3:]))
 for name in ("docqa", "sharegpt_like"):
     path = out / name / "results.json"
     if not path.is_file():
@@ -69,7 +82,8 @@ for name in ("docqa", "sharegpt_like"):
               f"{s['batch']['mean_seqs']} | {s['batch']['max_seqs']} | {m.get('token_states_pct')} | "
               f"{m.get('reserved_pct')} | {m.get('internal_fragmentation_pct')} | "
               f"{m.get('external_fragmentation_pct')} | {s['preemptions']} | "
-              f"{e.get('decode_step_ms', {}).get('p50')} | {e.get('host_prep_share_pct')} | "
+              f"{e.get('decode_step_ms', {}).get('p50')} ({e.get('decode_path')}) | "
+              f"{e.get('host_prep_share_pct')} | "
               f"{s.get('energy_per_token_j')} | {s.get('nvml', {}).get('mean_power_w')} | "
               f"{s.get('nvml', {}).get('mean_sm_clock_mhz')} | {s['complete']} |")
 cal = out / "calibration.json"
