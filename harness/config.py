@@ -345,21 +345,20 @@ class SystemSpec:
     block_size: int | None = None
 
     def validate(self, where: str) -> None:
-        _require(self.kind in ("paged", "contiguous"), f"{where}.kind",
-                 f"must be 'paged' or 'contiguous', got {self.kind!r}")
-        if self.kind == "contiguous":
-            _require(self.policy in ("max", "pow2", "oracle"), f"{where}.policy",
-                     f"must be max, pow2 or oracle, got {self.policy!r}")
-            _require(self.arena in ("buddy", "first_fit", "best_fit"), f"{where}.arena",
-                     f"must be buddy, first_fit or best_fit, got {self.arena!r}")
+        from allocators import MANAGERS  # NOTE: here, so that importing the config stays light
+        _require(self.kind in MANAGERS, f"{where}.kind",
+                 f"must be one of {', '.join(sorted(MANAGERS))} (a registered manager), "
+                 f"got {self.kind!r}")
         _require_int(self, where, "block_size", optional=True)
         _require_bool(self, where, "prefix_caching")
+        problem = MANAGERS[self.kind].system_problem(self)
+        if problem is not None:
+            raise ConfigError(f"{where}.{problem[0]}: {problem[1]}")
 
     @property
     def label(self) -> str:
-        if self.kind == "paged":
-            return f"paged (block {self.block_size}{', prefix cache' if self.prefix_caching else ''})"
-        return f"contiguous {self.policy} ({self.arena})"
+        from allocators import MANAGERS
+        return MANAGERS[self.kind].label(self)
 
 
 _NESTED = {("EngineSpec", "cost"): CostSpec, ("HardwareSpec", "fitted"): FittedCostSpec}
@@ -399,6 +398,12 @@ def validate_block_size(value: Any) -> int:
     return value
 
 
+def _uses_block_size(kind: Any) -> bool:
+    """Whether the manager ``kind`` takes the top-level block_size (paged, radix...)."""
+    from allocators import MANAGERS
+    return isinstance(kind, str) and kind in MANAGERS and MANAGERS[kind].uses_block_size
+
+
 def select_systems(names: Any, catalog: Mapping[str, Any], block_size: int) -> list[SystemSpec]:
     """The systems named in ``systems=[...]``, from the ``allocator`` catalog."""
     names = to_plain(names)
@@ -424,7 +429,7 @@ def select_systems(names: Any, catalog: Mapping[str, Any], block_size: int) -> l
             raise ConfigError(f"allocator.{name}: must be a mapping of the system's keys (kind, "
                               f"...), got {catalog[name]!r}")
         node = dict(catalog[name])
-        if node.get("kind") == "paged" and node.get("block_size") is None:
+        if node.get("block_size") is None and _uses_block_size(node.get("kind")):
             node["block_size"] = block_size
         specs.append(build_spec(SystemSpec, node, f"allocator.{name}", name=name))
     if len(set(names)) != len(names):

@@ -89,7 +89,7 @@ class Scheduler:
         self._scheduled: set[int] = set()
         static_admission_open = not self.running and not self.swapped
 
-        batch_decode = getattr(self.manager, "append_decode", None)
+        batch_decode = self.manager.append_decode if self.manager.capabilities.batched_decode else None
         index = 0
         while index < len(self.running):
             if batch_decode is not None:
