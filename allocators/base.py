@@ -48,6 +48,8 @@ class Capabilities:
     or None (fast-forward steps this manager one step at a time).
     prefix_cache: ``admit`` may serve prompt tokens from a cache (``cached_prefix_tokens``).
     knows_final_len: the allocation policy reads ``final_len`` (oracle knowledge).
+    maps_pages: it counts physical page mappings (``stats.mapped_pages`` /
+    ``unmapped_pages``), which the scheduler puts into each step plan for the time model.
     """
 
     layout: Literal["paged", "contiguous", "none"]
@@ -55,6 +57,7 @@ class Capabilities:
     bulk_decode: Literal["paged", "contiguous"] | None = None
     prefix_cache: bool = False
     knows_final_len: bool = False
+    maps_pages: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,9 @@ class ManagerStats:
     swap_ins: int = 0  # successful swap_in calls
     swapped_out_units: int = 0  # blocks (paged) or slots (contiguous) moved to the CPU
     swapped_in_units: int = 0  # blocks (paged) or slots (contiguous) moved back
+    mapped_pages: int = 0  # physical pages mapped into virtual ranges (vattention)
+    unmapped_pages: int = 0  # pages unmapped when they returned to the free pool (vattention)
+    peak_virtual_slots: int = 0  # most virtual address space reserved at once, in slots
 
 
 class KVCacheManager(Protocol):

@@ -48,6 +48,7 @@ class _Res:
 class ContiguousKVCacheManager:
     """One reserved extent per sequence in ``capacity_slots`` slots."""
 
+    options: tuple[str, ...] = ()  # no keys of its own beyond SystemSpec's
     uses_block_size = False  # takes the top-level block_size when its entry gives none
 
     @classmethod
@@ -58,7 +59,7 @@ class ContiguousKVCacheManager:
                    arena=system.arena, num_cpu_slots=cpu_slots)
 
     @staticmethod
-    def system_problem(system) -> tuple[str, str] | None:
+    def system_problem(system, model) -> tuple[str, str] | None:
         if system.policy not in POLICIES:
             return "policy", f"must be max, pow2 or oracle, got {system.policy!r}"
         if system.arena not in ARENAS:

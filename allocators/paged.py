@@ -52,6 +52,7 @@ class _Seq:
 class PagedKVCacheManager:
     """Block tables over a ``BlockPool`` of ``num_blocks`` blocks of ``block_size`` slots."""
 
+    options: tuple[str, ...] = ()  # no keys of its own beyond SystemSpec's
     uses_block_size = True  # takes the top-level block_size when its entry gives none
 
     @classmethod
@@ -63,7 +64,7 @@ class PagedKVCacheManager:
                    num_cpu_blocks=cpu_slots // bs)
 
     @staticmethod
-    def system_problem(system) -> tuple[str, str] | None:
+    def system_problem(system, model) -> tuple[str, str] | None:
         return None
 
     @staticmethod

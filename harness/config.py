@@ -343,6 +343,12 @@ class SystemSpec:
     policy: str | None = None
     arena: str = "buddy"
     block_size: int | None = None
+    # the keys a manager declares for itself (its class's ``options``), as (key, value) pairs
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def option(self, key: str) -> Any:
+        """The value of the manager-specific catalog key ``key``."""
+        return dict(self.options)[key]
 
     def validate(self, where: str) -> None:
         from allocators import MANAGERS  # NOTE: here, so that importing the config stays light
@@ -351,7 +357,7 @@ class SystemSpec:
                  f"got {self.kind!r}")
         _require_int(self, where, "block_size", optional=True)
         _require_bool(self, where, "prefix_caching")
-        problem = MANAGERS[self.kind].system_problem(self)
+        problem = MANAGERS[self.kind].system_problem(self, None)
         if problem is not None:
             raise ConfigError(f"{where}.{problem[0]}: {problem[1]}")
 
@@ -398,6 +404,20 @@ def validate_block_size(value: Any) -> int:
     return value
 
 
+def _with_options(node: dict, where: str) -> dict:
+    """``node`` with the keys its manager declares (``options``) moved into ``options``;
+    each must be given."""
+    from allocators import MANAGERS
+    kind = node.get("kind")
+    declared = MANAGERS[kind].options if isinstance(kind, str) and kind in MANAGERS else ()
+    missing = [key for key in declared if key not in node]
+    if missing:
+        raise ConfigError(f"{where}.{missing[0]}: missing value; a {kind} system needs "
+                          f"{', '.join(declared)}")
+    node["options"] = tuple((key, node.pop(key)) for key in declared)
+    return node
+
+
 def _uses_block_size(kind: Any) -> bool:
     """Whether the manager ``kind`` takes the top-level block_size (paged, radix...)."""
     from allocators import MANAGERS
@@ -428,7 +448,7 @@ def select_systems(names: Any, catalog: Mapping[str, Any], block_size: int) -> l
         if not isinstance(catalog[name], dict):
             raise ConfigError(f"allocator.{name}: must be a mapping of the system's keys (kind, "
                               f"...), got {catalog[name]!r}")
-        node = dict(catalog[name])
+        node = _with_options(dict(catalog[name]), f"allocator.{name}")
         if node.get("block_size") is None and _uses_block_size(node.get("kind")):
             node["block_size"] = block_size
         specs.append(build_spec(SystemSpec, node, f"allocator.{name}", name=name))

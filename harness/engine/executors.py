@@ -17,7 +17,10 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
     """
     unit = system.block_size if system.kind == "paged" else 1
     if engine.executor == "sim":
-        return SimExecutor(RooflineCostModel(model, hardware, engine.cost), unit)
+        # page mapping (vattention) is charged per page, unless it overlaps compute
+        charged = manager.capabilities.maps_pages and not system.option("async_mapping")
+        page_costs = (system.option("map_page_s"), system.option("unmap_page_s")) if charged else ()
+        return SimExecutor(RooflineCostModel(model, hardware, engine.cost), unit, *page_costs)
     if engine.executor == "torch":
         from harness.engine.torch_executor import TorchExecutor
 

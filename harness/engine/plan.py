@@ -55,6 +55,9 @@ class StepPlan:
     num_preempted: int = 0
     num_swapped_out_groups: int = 0
     memory_blocked: bool = False
+    # physical pages mapped / unmapped this step (managers with Capabilities.maps_pages)
+    num_mapped_pages: int = 0
+    num_unmapped_pages: int = 0
 
     @property
     def is_empty(self) -> bool:
