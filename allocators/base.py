@@ -116,6 +116,7 @@ class ManagerStats:
     swapped_in_units: int = 0  # blocks (paged) or slots (contiguous) moved back
     mapped_pages: int = 0  # physical pages mapped into virtual ranges (vattention)
     unmapped_pages: int = 0  # pages unmapped when they returned to the free pool (vattention)
+    evicted_slots: int = 0  # cached slots evicted to make room (radix)
     peak_virtual_slots: int = 0  # most virtual address space reserved at once, in slots
 
 
