@@ -218,6 +218,18 @@ class PagedBulkDecode(BatchedDecode, Protocol):
     def filled_block_keys(self, seq_id: int, token_ids: Sequence[int]) -> list[int]: ...
 
 
+def append_in_order(append: Callable, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
+                    copies: list[tuple[int, int]]) -> int:
+    """``BatchedDecode.append_batch`` from a manager's ``append``: each in order, copies into
+    ``copies``; stops at the first that does not fit, returns how many got their tokens."""
+    for done, (seq_id, tokens) in enumerate(zip(seq_ids, token_lists)):
+        grown = append(seq_id, tokens)
+        if grown is None:
+            return done
+        copies.extend(grown)
+    return min(len(seq_ids), len(token_lists))
+
+
 MANAGERS: dict[str, type] = {}  # kind -> manager class (filled by @register_manager)
 
 

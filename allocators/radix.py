@@ -6,9 +6,11 @@ Each tree node holds a run of tokens (a multiple of ``page_size``) and their pag
 request matches the longest cached prefix page by page (capped at ``len(prompt) - 1``
 tokens, so one is computed), splitting a node where the match ends inside it, and locks
 the matched path (``lock_ref`` up to the root) while it runs. Its own tokens live in
-private pages; when it ends (finished, or preempted for recompute) its full pages are
-inserted into the tree (pages another request inserted meanwhile are freed as
-duplicates) and its lock is released, as SGLang's ``cache_finished_req`` does. When
+private pages. After each prefill chunk its full pages of prompt tokens are inserted
+into the tree and it locks them instead (SGLang's ``cache_unfinished_req``), so requests
+running at once share a prompt; when it ends (finished, or preempted for recompute) the
+rest of its full pages are inserted and its lock released (``cache_finished_req``).
+Pages holding tokens the tree has already are freed as duplicates. When
 memory is short, unlocked leaves are evicted least recently used first (a parent left
 without children becomes a leaf in turn).
 
@@ -28,7 +30,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from allocators.accounting import make_breakdown
-from allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
+from allocators.base import (Admission, Capabilities, ManagerStats, MemoryBreakdown, append_in_order,
+                             register_manager)
 
 
 class _Node:
@@ -44,9 +47,11 @@ class _Node:
 
 
 class _Seq:
-    __slots__ = ("node", "prefix_pages", "tokens", "private", "final_len")
+    __slots__ = ("node", "prefix_pages", "tokens", "private", "final_len", "prompt_len")
 
-    def __init__(self, node: _Node, prefix_pages: list[int], tokens: list[int], final_len: int):
+    def __init__(self, node: _Node, prefix_pages: list[int], tokens: list[int], final_len: int,
+                 prompt_len: int):
+        self.prompt_len = prompt_len
         self.node = node  # deepest node of the matched (locked) prefix
         self.prefix_pages = prefix_pages  # its pages, root to node
         self.tokens = tokens  # every token written
@@ -103,24 +108,26 @@ class RadixKVCacheManager:
         self._to_fill = 0  # sum over sequences of min(final_len, slots they hold)
 
     # ------------------------------------------------------------------ tree
-    def _match(self, tokens: Sequence[int], split: bool) -> tuple[_Node, list[int]]:
-        """The deepest node matching ``tokens`` page by page, and the matched pages; with
-        ``split``, a node matched only partly is split at the last matched page."""
-        p, node, pages, i = self.page_size, self.root, [], 0
+    def _match(self, tokens: Sequence[int], split: bool) -> tuple[_Node, list[int], int]:
+        """The deepest node matching ``tokens`` page by page, the matched pages, and how
+        many of them are unlocked now; with ``split``, a node matched only partly is split
+        at the last matched page."""
+        p, node, pages, i, unlocked = self.page_size, self.root, [], 0, 0
         while len(tokens) - i >= p:
             child = node.children.get(tuple(tokens[i:i + p]))
             if child is None:
                 break
-            key, n = child.key, 0
+            key, n = child.key, p  # NOTE: the first page matched: it is the child's key
             while n < len(key) and i + n + p <= len(tokens) and tuple(tokens[i + n:i + n + p]) == key[n:n + p]:
                 n += p
+            unlocked += n // p if child.lock_ref == 0 else 0
             if n < len(key):
                 if not split:
-                    return node, pages + child.pages[:n // p]
+                    return node, pages + child.pages[:n // p], unlocked
                 child = self._split(child, n)
             pages += child.pages
             node, i = child, i + n
-        return node, pages
+        return node, pages, unlocked
 
     def _split(self, child: _Node, n: int) -> _Node:
         """Cut ``child`` after ``n`` tokens; the new upper node takes its lock count."""
@@ -170,22 +177,33 @@ class RadixKVCacheManager:
             self._evict(n)
         return [self._free.pop() for _ in range(n)]
 
-    def _insert(self, s: _Seq) -> None:
-        """Put the sequence's full private pages into the tree (duplicates freed)."""
+    def _insert(self, s: _Seq, running: bool) -> None:
+        """Put the sequence's full private pages into the tree; pages of tokens the tree
+        holds already are freed as duplicates. ``running`` (a prefill chunk done, as
+        SGLang's ``cache_unfinished_req``): the sequence then holds the tree's pages of
+        those tokens and locks the new deepest node; else (it ends, ``cache_finished_req``)
+        its partial tail page is freed too."""
         p, tokens = self.page_size, s.tokens
         full = len(tokens) // p * p
-        node, pages = self._match(tokens[:full], split=True)
+        node, pages, _ = self._match(tokens[:full], split=True)
         known = len(pages) * p  # tokens the tree holds already
         start = len(s.prefix_pages) * p  # where the private pages begin
         keep = max(0, (known - start) // p)
         self._give(s.private[:keep])  # duplicates of what is cached now
         new = s.private[keep:(full - start) // p]
-        self._give(s.private[keep + len(new):])  # the partial tail page
+        tail = s.private[keep + len(new):]
         if new:
             leaf = _Node(tuple(tokens[known:full]), new, node)
             leaf.last_access = next(self._clock)
             node.children[leaf.key[:p]] = leaf
             self._evictable += len(new)
+            node = leaf
+        if running:
+            self._lock(node, +1)
+            self._lock(s.node, -1)
+            s.node, s.prefix_pages, s.private = node, pages + new, tail
+        else:
+            self._give(tail)
 
     def _give(self, pages: list[int]) -> None:
         self._free.extend(reversed(pages))
@@ -198,7 +216,7 @@ class RadixKVCacheManager:
     def member_slots(self, prompt_len: int, final_len: int) -> int:
         return final_len
 
-    def _hits(self, prompt_token_ids: Sequence[int]) -> tuple[_Node, list[int]]:
+    def _hits(self, prompt_token_ids: Sequence[int]) -> tuple[_Node, list[int], int]:
         return self._match(self._matchable(prompt_token_ids), split=False)
 
     def _matchable(self, prompt_token_ids: Sequence[int]) -> list[int]:
@@ -211,30 +229,12 @@ class RadixKVCacheManager:
         return len(self._hits(prompt_token_ids)[1]) * self.page_size
 
     def can_admit(self, prompt_token_ids: Sequence[int], final_len: int, num_tokens: int) -> bool:
-        _, pages = self._hits(prompt_token_ids)
-        return self._need(pages, num_tokens) <= len(self._free) + self._evictable - \
-            self._unlocked_pages(prompt_token_ids)
+        _, pages, unlocked = self._hits(prompt_token_ids)
+        # NOTE: admitting locks the matched pages: those unlocked now stop being evictable
+        return self._need(pages, num_tokens) <= len(self._free) + self._evictable - unlocked
 
     def _need(self, pages: list[int], num_tokens: int) -> int:
         return max(0, -(-num_tokens // self.page_size) - len(pages))
-
-    def _unlocked_pages(self, prompt_token_ids: Sequence[int]) -> int:
-        """Pages of the matched prefix not locked now (admitting locks them)."""
-        p = self.page_size
-        tokens, node, i, unlocked = self._matchable(prompt_token_ids), self.root, 0, 0
-        while len(tokens) - i >= p:
-            child = node.children.get(tuple(tokens[i:i + p]))
-            if child is None:
-                break
-            n = 0
-            while n < len(child.key) and i + n + p <= len(tokens) and tuple(tokens[i + n:i + n + p]) == child.key[n:n + p]:
-                n += p
-            if child.lock_ref == 0:
-                unlocked += n // p
-            if n < len(child.key):
-                break
-            node, i = child, i + n
-        return unlocked
 
     def admit(self, seq_id: int, prompt_token_ids: Sequence[int], final_len: int,
               num_tokens: int) -> Admission | None:
@@ -246,15 +246,16 @@ class RadixKVCacheManager:
                              f"{prompt_len} <= final_len {final_len}")
         if not self.can_admit(prompt_token_ids, final_len, num_tokens):
             return None
-        node, pages = self._match(self._matchable(prompt_token_ids), split=True)
+        node, pages, _ = self._match(self._matchable(prompt_token_ids), split=True)
         self._lock(node, +1)  # NOTE: before taking pages, so the match is not evicted
         hit = len(pages) * self.page_size
         n = max(num_tokens, hit)
         head = prompt_token_ids[:n]
         s = _Seq(node, pages, head.tolist() if isinstance(head, np.ndarray) else [int(t) for t in head],
-                 final_len)
+                 final_len, prompt_len)
         s.private = self._take(self._need(pages, n))
         self._seqs[seq_id] = s
+        self._cache_prefill(s)
         self._account(s, +1)
         self.stats.prefix_queried_tokens += prompt_len
         self.stats.prefix_hit_tokens += hit
@@ -286,20 +287,25 @@ class RadixKVCacheManager:
             return None
         self._account(s, -1)
         s.private += more
+        was = len(s.tokens)
         s.tokens += [int(t) for t in token_ids]
+        if was < s.prompt_len:
+            self._cache_prefill(s)
         self._account(s, +1)
         return []
 
+    def _cache_prefill(self, s: _Seq) -> None:
+        """After a prefill chunk: its full pages of prompt tokens join the tree."""
+        if len(s.tokens) - len(s.prefix_pages) * self.page_size >= self.page_size:
+            self._insert(s, running=True)
+
     def append_decode(self, seq_ids: Sequence[int], token_ids: Iterable[int],
                       copies: list[tuple[int, int]]) -> int:
-        return self.append_batch(seq_ids, [(token,) for token in token_ids], copies)
+        return append_in_order(self.append, seq_ids, [(token,) for token in token_ids], copies)
 
     def append_batch(self, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
                      copies: list[tuple[int, int]]) -> int:
-        for done, (seq_id, tokens) in enumerate(zip(seq_ids, token_lists)):
-            if self.append(seq_id, tokens) is None:
-                return done
-        return min(len(seq_ids), len(token_lists))
+        return append_in_order(self.append, seq_ids, token_lists, copies)
 
     def fork(self, parent_id: int, child_id: int, final_len: int) -> list[tuple[int, int]] | None:
         """The child shares the parent's locked prefix and copies its private slots."""
@@ -311,7 +317,7 @@ class RadixKVCacheManager:
         private = self._take(len(p.private))
         if private is None:
             return None
-        c = _Seq(p.node, p.prefix_pages, list(p.tokens), final_len)
+        c = _Seq(p.node, p.prefix_pages, list(p.tokens), final_len, p.prompt_len)
         c.private = private
         self._lock(c.node, +1)
         self._seqs[child_id] = c
@@ -326,7 +332,7 @@ class RadixKVCacheManager:
         s = self._get(seq_id)
         del self._seqs[seq_id]
         self._account(s, -1)
-        self._insert(s)
+        self._insert(s, running=False)
         self._lock(s.node, -1)
 
     def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:

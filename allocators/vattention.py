@@ -18,12 +18,10 @@ fragmentation like any free slot (any free page serves any request: physical mem
 no placement constraint). The virtual reservation is reported (``virtual_slots``,
 ``stats.peak_virtual_slots``) but is not KV memory.
 
-Pages return to the free pool when a request ends: unmapped (``stats.unmapped_pages``),
-or with ``keep_mapped`` kept mapped and handed to the next request without a new
-mapping, as vAttention's deferred reclamation does (modelled as one pool of mapped free
-pages). ``stats.mapped_pages`` counts every page mapping: the time model charges them.
-Fork copies the parent's tokens into the child's own pages (no sharing between virtual
-ranges); swap copies written tokens slot by slot.
+Freed pages are unmapped (``stats.unmapped_pages``) or, with ``keep_mapped``, handed to
+the next request still mapped (vAttention's deferred reclamation, as one pool of mapped
+free pages); ``stats.mapped_pages`` counts the mappings the time model charges. Fork and
+swap copy the written slots (no sharing between virtual ranges).
 """
 
 from __future__ import annotations
@@ -31,11 +29,11 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from allocators.accounting import make_breakdown
-from allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
+from allocators.base import (Admission, Capabilities, ManagerStats, MemoryBreakdown, append_in_order,
+                             register_manager)
 
 KIB = 1024
 PAGE_SIZES = (64 * KIB, 128 * KIB, 256 * KIB, 2048 * KIB)  # the sizes vAttention supports
-
 
 class _Request:
     __slots__ = ("groups", "num_tokens", "final_len", "cpu_slots")
@@ -132,10 +130,9 @@ class VAttentionKVCacheManager:
         return list(self._get(seq_id).groups)
 
     def _get(self, seq_id: int) -> _Request:
-        r = self._reqs.get(seq_id)
-        if r is None:
+        if seq_id not in self._reqs:
             raise ValueError(f"unknown seq_id {seq_id!r}: admit it (or fork into it) first")
-        return r
+        return self._reqs[seq_id]
 
     def _groups_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.tokens_per_page)
@@ -217,14 +214,11 @@ class VAttentionKVCacheManager:
 
     def append_decode(self, seq_ids: Sequence[int], token_ids: Iterable[int],
                       copies: list[tuple[int, int]]) -> int:
-        return self.append_batch(seq_ids, [(token,) for token in token_ids], copies)
+        return append_in_order(self.append, seq_ids, [(token,) for token in token_ids], copies)
 
     def append_batch(self, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
                      copies: list[tuple[int, int]]) -> int:
-        for done, (seq_id, tokens) in enumerate(zip(seq_ids, token_lists)):
-            if self.append(seq_id, tokens) is None:
-                return done
-        return min(len(seq_ids), len(token_lists))
+        return append_in_order(self.append, seq_ids, token_lists, copies)
 
     def fork(self, parent_id: int, child_id: int, final_len: int) -> list[tuple[int, int]] | None:
         """The child gets its own pages and a copy of every written slot: ``[(src, dst)]``."""

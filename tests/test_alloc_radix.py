@@ -23,21 +23,23 @@ def nodes(m):
     return out
 
 
-def test_a_finished_request_is_inserted_and_a_longer_prompt_matches_it_token_by_token():
+def test_a_prompt_joins_the_tree_after_its_prefill_and_a_longer_prompt_matches_it_token_by_token():
     m = RadixKVCacheManager(16, 1)
     m.admit(0, [1, 2, 3, 4, 5], final_len=7, num_tokens=5)
+    assert nodes(m) == [((1, 2, 3, 4, 5), [0, 1, 2, 3, 4], 1)]  # locked while it runs
     m.append(0, [6])
-    m.free(0)  # its 6 written tokens become one unlocked leaf
-    assert nodes(m) == [((1, 2, 3, 4, 5, 6), [0, 1, 2, 3, 4, 5], 0)]
+    m.free(0)  # its decode token joins below the prompt; nothing is locked now
+    assert nodes(m) == [((1, 2, 3, 4, 5), [0, 1, 2, 3, 4], 0), ((6,), [5], 0)]
     b = m.breakdown(False)
     assert (b.allocated_slots, b.cached_free_slots, b.token_states) == (0, 6, 0)
-    # a prompt sharing 3 tokens: the node splits after them and the upper part is locked
+    # a prompt sharing 3 tokens: the node splits after them; its own 2 join after prefill
     got = m.admit(1, [1, 2, 3, 9, 9], final_len=6, num_tokens=5)
     assert got.num_cached_tokens == 3
-    assert nodes(m) == [((1, 2, 3), [0, 1, 2], 1), ((4, 5, 6), [3, 4, 5], 0)]
+    assert nodes(m) == [((1, 2, 3), [0, 1, 2], 1), ((4, 5), [3, 4], 0), ((6,), [5], 0),
+                        ((9, 9), [6, 7], 1)]
     assert m.slot_mapping(1, 0, 5) == [0, 1, 2, 6, 7]
     b = m.breakdown(False)
-    # 3 shared + 2 private tokens; 1 slot reserved for the last token; 3 cached free
+    # 5 tokens in locked pages; its last token takes a page when it comes; 3 cached free
     assert (b.token_states, b.reserved, b.allocated_slots, b.cached_free_slots) == (5, 0, 5, 3)
     assert (m.stats.prefix_queried_tokens, m.stats.prefix_hit_tokens) == (10, 3)
 
@@ -67,28 +69,31 @@ def test_unlocked_leaves_are_evicted_least_recently_used_first_when_memory_is_sh
     m.free(1)  # leaf (2, 2): pages 2, 3, used later
     assert m.admit(2, [3, 3, 3, 3], final_len=4, num_tokens=4) is not None
     # 2 free pages (4, 5) + 2 evicted: the least recently used leaf (1, 1) goes, and the
-    # free pages are handed out lowest first
-    assert nodes(m) == [((2, 2), [2, 3], 0)]
+    # free pages are handed out lowest first; the running prompt is cached (locked)
+    assert nodes(m) == [((2, 2), [2, 3], 0), ((3, 3, 3, 3), [0, 1, 4, 5], 1)]
     assert m.slot_mapping(2, 0, 4) == [0, 1, 4, 5]
     assert m.stats.evicted_slots == 2
-    m.free(2)  # leaf (3, 3, 3, 3) on pages 0, 1, 4, 5
+    m.free(2)  # (3, 3, 3, 3) on pages 0, 1, 4, 5 is unlocked now
     assert m.admit(3, [2, 2, 7], final_len=3, num_tokens=3).num_cached_tokens == 2
     # one page needed and none free: the only unlocked leaf goes, never the locked (2, 2)
-    assert nodes(m) == [((2, 2), [2, 3], 1)]
+    assert nodes(m) == [((2, 2), [2, 3], 1), ((7,), [0], 1)]
     assert m.slot_mapping(3, 0, 3) == [2, 3, 0]
     assert m.stats.evicted_slots == 6
     assert not m.can_admit([5] * 6, final_len=6, num_tokens=6)  # 3 free, 3 locked or in use
     assert m.admit(4, [5] * 6, final_len=6, num_tokens=6) is None
 
 
-def test_two_requests_inserting_the_same_prefix_keep_one_copy_and_free_the_other():
+def test_two_prefills_of_the_same_prompt_at_once_keep_one_copy_and_free_the_other():
     m = RadixKVCacheManager(16, 2)
-    for seq_id in (0, 1):  # admitted together: neither finds the other's tokens
-        assert m.admit(seq_id, [4, 4, 4, 4, 8], final_len=5, num_tokens=5).num_cached_tokens == 0
-    m.free(0)
-    m.free(1)  # its two full pages duplicate the cached ones: freed
-    assert nodes(m) == [((4, 4, 4, 4), [0, 1], 0)]
-    assert m.breakdown(False).cached_free_slots == 4 and len(m._free) == 16 - 2
+    for seq_id in (0, 1):  # first chunks of one token: no full page, nothing cached yet
+        assert m.admit(seq_id, [4, 4, 4, 4, 8], final_len=5, num_tokens=1).num_cached_tokens == 0
+    m.append(0, [4, 4, 4])  # pages 0, 2: cached and locked
+    m.append(1, [4, 4, 4])  # pages 1, 3 duplicate them: freed; it uses pages 0, 2 now
+    assert nodes(m) == [((4, 4, 4, 4), [0, 2], 2)]
+    assert m.slot_mapping(1, 0, 4) == m.slot_mapping(0, 0, 4) == [0, 1, 4, 5]
+    b = m.breakdown(False)
+    assert (b.token_states, b.logical_tokens, b.allocated_slots) == (4, 8, 4)
+    assert len(m._free) == 16 - 2
 
 
 def test_radix_serves_a_shared_prefix_workload_with_the_same_tokens_as_paged():
