@@ -117,9 +117,13 @@ class RadixKVCacheManager:
             child = node.children.get(tuple(tokens[i:i + p]))
             if child is None:
                 break
-            key, n = child.key, p  # NOTE: the first page matched: it is the child's key
-            while n < len(key) and i + n + p <= len(tokens) and tuple(tokens[i + n:i + n + p]) == key[n:n + p]:
-                n += p
+            key = child.key
+            if tuple(tokens[i:i + len(key)]) == key:
+                n = len(key)  # the whole node (the common case: C speed)
+            else:  # NOTE: the first page matched (it is the child's dict key): page by page
+                n = p
+                while i + n + p <= len(tokens) and tuple(tokens[i + n:i + n + p]) == key[n:n + p]:
+                    n += p
             unlocked += n // p if child.lock_ref == 0 else 0
             if n < len(key):
                 if not split:
