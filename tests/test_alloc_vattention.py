@@ -107,3 +107,16 @@ def test_a_missing_vattention_key_is_an_error_naming_it():
     node = {"vattention": {k: v for k, v in CATALOG["vattention"].items() if k != "map_page_s"}}
     with pytest.raises(ConfigError, match=r"^allocator\.vattention\.map_page_s: missing value"):
         select_systems(["vattention"], node, 16)
+
+
+def test_the_page_size_sweep_composes_vattention_at_every_page_size_against_paged_16_and_128():
+    from test_sweep import compose
+
+    cfg = compose("experiment=page_size_sweep", "experiment.page_size=2097152", hydra_cfg=True)
+    params = dict(cfg.hydra.sweeper.params)
+    assert params["experiment.page_size"] == "65536,131072,262144,2097152"
+    assert set(params["workload"].split(",")) == {"docqa", "sharegpt_like"}
+    assert set(params["model"].split(",")) == {"llama-3.1-8b", "llama-2-13b"}
+    systems = {s.name: s for s in select_systems(cfg.systems, cfg.allocator, cfg.block_size)}
+    assert systems["vattention"].option("page_size") == 2 * MIB
+    assert (systems["paged_16"].block_size, systems["paged_128"].block_size) == (16, 128)
