@@ -1,23 +1,27 @@
-"""KV-cache managers (pure Python, no torch): paged blocks or contiguous reservations.
+"""KV-cache managers (pure Python, no torch): paged blocks, contiguous reservations, and
+whatever else registers itself (``allocators.base.register_manager``).
 
 ``make_manager("paged", num_blocks=..., block_size=16)`` or
 ``make_manager("contiguous", capacity_slots=..., policy="pow2", max_model_len=4096)``.
+Every module of this package is imported here, so a manager in a new file is registered
+(``MANAGERS``) without a list kept by hand.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from typing import Any
 
 from allocators.arena import ARENAS, make_arena
-from allocators.base import Admission, KVCacheManager, ManagerStats, MemoryBreakdown
+from allocators.base import (MANAGERS, Admission, Capabilities, KVCacheManager, ManagerStats,
+                             MemoryBreakdown, register_manager)
 from allocators.contiguous import POLICIES, ContiguousKVCacheManager
 from allocators.paged import PagedKVCacheManager
 
-MANAGERS: dict[str, type] = {
-    "paged": PagedKVCacheManager,
-    "contiguous": ContiguousKVCacheManager,
-}
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def make_manager(kind: str, **kwargs: Any) -> KVCacheManager:
@@ -36,7 +40,7 @@ def make_manager(kind: str, **kwargs: Any) -> KVCacheManager:
 
 
 __all__ = [
-    "ARENAS", "Admission", "ContiguousKVCacheManager", "KVCacheManager", "MANAGERS",
+    "ARENAS", "Admission", "Capabilities", "ContiguousKVCacheManager", "KVCacheManager", "MANAGERS",
     "ManagerStats", "MemoryBreakdown", "POLICIES", "PagedKVCacheManager", "make_arena",
-    "make_manager",
+    "make_manager", "register_manager",
 ]

@@ -1,7 +1,10 @@
 """The contract every KV-cache manager fulfils, and the memory breakdown.
 
-Managers are pure Python (no torch import). The scheduler talks to them only
-through ``KVCacheManager``; the executors read block tables / slot mappings.
+Managers are pure Python (no torch import). The scheduler, fast-forward, the engine
+and the executors talk to them only through ``KVCacheManager``; what a manager can do
+beyond it is declared in its ``capabilities`` (``Capabilities``), never probed with
+``getattr``/``isinstance``. A manager registers itself with ``@register_manager(kind)``
+(one file in ``allocators/``) and the system catalog (``conf/allocator/``) names the kind.
 
 Sequence life cycle, as the engine drives it::
 
@@ -16,13 +19,45 @@ partial allocation behind. Misuse (unknown seq id, appending past
 ``final_len``...) raises ``ValueError``.
 
 ``final_len`` is the number of KV slots the sequence will hold when it ends
-(``Request.kv_len``); the harness knows it, so "will be filled" is exact.
+(``Request.kv_len``). The harness knows it, so the breakdown's "will be filled"
+(reserved vs internal fragmentation) is exact: every manager receives it as an
+ACCOUNTING input. Only a policy declaring ``Capabilities.knows_final_len`` (oracle,
+pow2) may let it decide an allocation; for every other manager the allocation
+(admission, blocks or pages, copies) is independent of it, which
+``tests/test_alloc_registry.py`` checks by running each one with two different final
+lengths (docs/managers.md, "Oracle knowledge").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, Sequence
+from typing import Any, Callable, Literal, NamedTuple, Protocol, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a manager offers beyond ``KVCacheManager``, declared (never probed).
+
+    layout: how the executors address its KV: ``paged`` (``block_table`` of
+    ``block_size``-slot blocks, ``num_blocks``/``num_cpu_blocks``) or ``contiguous``
+    (``slot_range`` in a linear space of ``capacity_slots``/``num_cpu_slots``) or
+    ``none`` (no torch layout: the sim executor only).
+    batched_decode: ``append_decode(seq_ids, tokens, copies) -> done`` (``BatchedDecode``).
+    bulk_decode: fast-forward's closed form for a span of decode steps: ``paged``
+    (``PagedBulkDecode``), ``contiguous`` (``append_batch`` and a constant allocation),
+    or None (fast-forward steps this manager one step at a time).
+    prefix_cache: ``admit`` may serve prompt tokens from a cache (``cached_prefix_tokens``).
+    knows_final_len: the allocation policy reads ``final_len`` (oracle knowledge).
+    maps_pages: it counts physical page mappings (``stats.mapped_pages`` /
+    ``unmapped_pages``), which the scheduler puts into each step plan for the time model.
+    """
+
+    layout: Literal["paged", "contiguous", "none"]
+    batched_decode: bool = False
+    bulk_decode: Literal["paged", "contiguous"] | None = None
+    prefix_cache: bool = False
+    knows_final_len: bool = False
+    maps_pages: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,17 +114,27 @@ class ManagerStats:
     swap_ins: int = 0  # successful swap_in calls
     swapped_out_units: int = 0  # blocks (paged) or slots (contiguous) moved to the CPU
     swapped_in_units: int = 0  # blocks (paged) or slots (contiguous) moved back
+    mapped_pages: int = 0  # physical pages mapped into virtual ranges (vattention)
+    unmapped_pages: int = 0  # pages unmapped when they returned to the free pool (vattention)
+    evicted_slots: int = 0  # cached slots evicted to make room (radix)
+    peak_virtual_slots: int = 0  # most virtual address space reserved at once, in slots
 
 
 class KVCacheManager(Protocol):
-    """What the scheduler needs from a KV memory manager."""
+    """What the scheduler, fast-forward, the engine and the executors need from a KV
+    memory manager (and all they may call, besides what ``capabilities`` declares)."""
 
     name: str
     capacity_slots: int
     stats: ManagerStats
+    capabilities: Capabilities
 
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         """Could this sequence ever be admitted, even into an empty pool?"""
+
+    def member_slots(self, prompt_len: int, final_len: int) -> int:
+        """Slots one sequence of a group of this length takes from an empty pool (the
+        engine rejects a group whose members cannot all fit at once)."""
 
     def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
         """Prompt tokens ``admit`` would serve from the prefix cache now (0 without one)."""
@@ -140,3 +185,66 @@ class KVCacheManager(Protocol):
         ``memory_blocked``: some request waits and was refused for lack of memory,
         so free slots count as external fragmentation rather than idle.
         """
+
+
+class BatchedDecode(Protocol):
+    """``Capabilities.batched_decode``: one decode token for many sequences in one call."""
+
+    def append_decode(self, seq_ids: Sequence[int], token_ids: Any,
+                      copies: list[tuple[int, int]]) -> int:
+        """``append(seq_id, [token])`` for each in order, copies into ``copies``; stops at
+        the first that does not fit and returns how many got their slot."""
+
+    def append_batch(self, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
+                     copies: list[tuple[int, int]]) -> int:
+        """``append(seq_id, tokens)`` for each pair in order (the same contract)."""
+
+
+class PagedBulkDecode(BatchedDecode, Protocol):
+    """``Capabilities.bulk_decode == "paged"``: what fast-forward reads to write a span of
+    decode steps in closed form over fixed-size blocks."""
+
+    block_size: int
+    num_free_blocks: int
+    has_shared_partial_blocks: bool
+
+    def can_append_without_copy(self, seq_id: int) -> bool: ...
+
+    def cached_flags_at_head(self, n: int) -> list[bool]:
+        """Whether each of the next ``n`` blocks to be allocated still holds cached KV."""
+
+    def prefix_frontier_key(self, prompt_token_ids: Sequence[int]) -> int | None: ...
+
+    def filled_block_keys(self, seq_id: int, token_ids: Sequence[int]) -> list[int]: ...
+
+
+def append_in_order(append: Callable, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
+                    copies: list[tuple[int, int]]) -> int:
+    """``BatchedDecode.append_batch`` from a manager's ``append``: each in order, copies into
+    ``copies``; stops at the first that does not fit, returns how many got their tokens."""
+    for done, (seq_id, tokens) in enumerate(zip(seq_ids, token_lists)):
+        grown = append(seq_id, tokens)
+        if grown is None:
+            return done
+        copies.extend(grown)
+    return min(len(seq_ids), len(token_lists))
+
+
+MANAGERS: dict[str, type] = {}  # kind -> manager class (filled by @register_manager)
+
+
+def register_manager(kind: str) -> Callable[[type], type]:
+    """Class decorator: make a manager the system catalog's ``kind: <kind>``.
+
+    The class provides ``from_system(system, capacity_slots, cpu_slots, max_model_len,
+    model)`` (build it for a catalog entry), ``system_problem(system)`` (None, or
+    ``(key, problem)`` for a bad catalog entry) and ``label(system)`` (a short name).
+    """
+    def register(cls: type) -> type:
+        if kind in MANAGERS and MANAGERS[kind] is not cls:
+            raise ValueError(f"manager kind {kind!r} is registered twice "
+                             f"({MANAGERS[kind].__name__} and {cls.__name__})")
+        cls.kind = kind
+        MANAGERS[kind] = cls
+        return cls
+    return register

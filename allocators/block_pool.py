@@ -30,8 +30,9 @@ compactions that drop the consumed head.
 from __future__ import annotations
 
 from array import array
+from itertools import islice
 from operator import itemgetter
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -97,18 +98,23 @@ class BlockPool:
         self._views()
 
     # ------------------------------------------------------------------ queue
-    def _live(self) -> Iterable[int]:
-        """The free queue's blocks from head to tail (skipping tombstones)."""
-        return (b for b in self._q[self._head:] if b != _DEAD)
+    def _live(self) -> Iterator[int]:
+        """The free queue's blocks from head to tail (skipping tombstones), read in place.
+
+        NOTE: reads ``_q`` by index from ``_head``, never a copy of it: asking for the
+        first few blocks costs those entries (and tombstones among them), not the queue."""
+        q = self._q
+        return (b for b in map(q.__getitem__, range(self._head, len(q))) if b != _DEAD)
 
     def free_queue(self) -> list[int]:
         """The free queue from head (next to be reused) to tail. O(num_free); for tests."""
         return list(self._live())
 
     def cached_flags_at_head(self, n: int) -> list[bool]:
-        """Whether each of the next ``n`` blocks to be allocated still holds a cache key. O(n)."""
-        keys, live = self._keys, self._live()
-        return [keys[next(live)] is not None for _ in range(min(n, self.num_free))]
+        """Whether each of the next ``n`` blocks to be allocated still holds a cache key.
+        O(n + tombstones passed), whatever the pool's size."""
+        keys = self._keys
+        return [keys[b] is not None for b in islice(self._live(), min(n, self.num_free))]
 
     def _compact(self) -> None:
         """Drop the consumed head of ``_q`` and, when tombstones outnumber the blocks, the
@@ -259,6 +265,10 @@ class BlockPool:
     def lookup(self, key: int) -> int | None:
         """The block registered under ``key`` (allocated or free-but-cached), or None."""
         return self._cached.get(key)
+
+    def lookup_many(self, keys: Iterable[int]) -> list[int | None]:
+        """``[lookup(key) for key in keys]`` in one call."""
+        return list(map(self._cached.get, keys))
 
     def register(self, b: int, key: int) -> bool:
         """Register allocated full block ``b`` under ``key``; False if the key is taken.

@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 from allocators.accounting import ExtentLedger, make_breakdown
 from allocators.arena import ARENAS, FirstFitArena, make_arena
-from allocators.base import Admission, ManagerStats, MemoryBreakdown
+from allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
 
 POLICIES = ("max", "pow2", "oracle")
 
@@ -44,8 +44,36 @@ class _Res:
         self.cpu_start: int | None = None  # first CPU slot while swapped out
 
 
+@register_manager("contiguous")
 class ContiguousKVCacheManager:
     """One reserved extent per sequence in ``capacity_slots`` slots."""
+
+    options: tuple[str, ...] = ()  # no keys of its own beyond SystemSpec's
+    uses_block_size = False  # takes the top-level block_size when its entry gives none
+
+    @classmethod
+    def from_system(cls, system, capacity_slots: int, cpu_slots: int, max_model_len: int,
+                    model) -> "ContiguousKVCacheManager":
+        """The catalog entry ``kind: contiguous`` (``policy``, ``arena``)."""
+        return cls(capacity_slots, policy=system.policy, max_model_len=max_model_len,
+                   arena=system.arena, num_cpu_slots=cpu_slots)
+
+    @staticmethod
+    def system_problem(system, model) -> tuple[str, str] | None:
+        if system.policy not in POLICIES:
+            return "policy", f"must be max, pow2 or oracle, got {system.policy!r}"
+        if system.arena not in ARENAS:
+            return "arena", f"must be buddy, first_fit or best_fit, got {system.arena!r}"
+        return None
+
+    @staticmethod
+    def label(system) -> str:
+        return f"contiguous {system.policy} ({system.arena})"
+
+    @staticmethod
+    def kernel_layout(system) -> tuple[str, int | None]:
+        """The decode kernel's layout the cost model prices: one contiguous range per sequence."""
+        return "contiguous", None
 
     def __init__(self, capacity_slots: int, *, policy: str, max_model_len: int,
                  arena: str = "buddy", num_cpu_slots: int = 0, name: str | None = None) -> None:
@@ -69,6 +97,9 @@ class ContiguousKVCacheManager:
         self.arena = make_arena(arena, capacity_slots)
         self._cpu = FirstFitArena(num_cpu_slots) if num_cpu_slots else None
         self.stats = ManagerStats()
+        self.capabilities = Capabilities(layout="contiguous", batched_decode=True,
+                                         bulk_decode="contiguous",
+                                         knows_final_len=policy != "max")
         self._seqs: dict[int, _Res] = {}
         self._ledger = ExtentLedger()
 
@@ -85,6 +116,9 @@ class ContiguousKVCacheManager:
     def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
         """Contiguous reservations share nothing: always 0."""
         return 0
+
+    def member_slots(self, prompt_len: int, final_len: int) -> int:
+        return self.arena.taken_size(self.reservation(prompt_len, final_len))
 
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         if final_len > self.max_model_len or final_len < prompt_len or prompt_len < 1:

@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from allocators.accounting import PartialBlockLedger, make_breakdown
-from allocators.base import Admission, ManagerStats, MemoryBreakdown
+from allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
 from allocators.block_pool import BlockPool
 from allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys, extend_tokens, token_bytes
 
@@ -48,8 +48,33 @@ class _Seq:
         self.known: PromptKeys | None = None
 
 
+@register_manager("paged")
 class PagedKVCacheManager:
     """Block tables over a ``BlockPool`` of ``num_blocks`` blocks of ``block_size`` slots."""
+
+    options: tuple[str, ...] = ()  # no keys of its own beyond SystemSpec's
+    uses_block_size = True  # takes the top-level block_size when its entry gives none
+
+    @classmethod
+    def from_system(cls, system, capacity_slots: int, cpu_slots: int, max_model_len: int,
+                    model) -> "PagedKVCacheManager":
+        """The catalog entry ``kind: paged`` (``block_size``, ``prefix_caching``)."""
+        bs = system.block_size
+        return cls(capacity_slots // bs, bs, enable_prefix_caching=system.prefix_caching,
+                   num_cpu_blocks=cpu_slots // bs)
+
+    @staticmethod
+    def system_problem(system, model) -> tuple[str, str] | None:
+        return None
+
+    @staticmethod
+    def label(system) -> str:
+        return f"paged (block {system.block_size}{', prefix cache' if system.prefix_caching else ''})"
+
+    @staticmethod
+    def kernel_layout(system) -> tuple[str, int | None]:
+        """The decode kernel's layout and page (tokens) the cost model prices: block tables of block_size."""
+        return "paged", system.block_size
 
     def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True,
                  num_cpu_blocks: int = 0, name: str = "paged") -> None:
@@ -69,6 +94,8 @@ class PagedKVCacheManager:
         self.num_cpu_blocks = num_cpu_blocks
         self.pool = BlockPool(num_blocks)
         self.stats = ManagerStats()
+        self.capabilities = Capabilities(layout="paged", batched_decode=True, bulk_decode="paged",
+                                         prefix_cache=self.enable_prefix_caching)
         self._seqs: dict[int, _Seq] = {}
         self._cpu_free: list[int] = list(range(num_cpu_blocks - 1, -1, -1))  # pop() -> lowest id
         self._ledger = PartialBlockLedger(block_size)
@@ -165,11 +192,11 @@ class PagedKVCacheManager:
                 if not gone.isdisjoint(hits):
                     del hits[list(map(gone.__contains__, hits)).index(True):]
         limit = (prompt_len - 1) // self.block_size
-        get, step = pool._cached.get, 1
+        step = 1
         while len(hits) < limit:  # look up runs of keys until one misses
             i = len(hits)
             j = min(limit, i + step)
-            found = list(map(get, prompt.keys(i, j)))
+            found = pool.lookup_many(prompt.keys(i, j))
             if None in found:
                 del found[found.index(None):]
             hits += found
@@ -212,6 +239,13 @@ class PagedKVCacheManager:
 
     def fits_empty_pool(self, prompt_len: int, final_len: int) -> bool:
         return -(-final_len // self.block_size) <= self.num_blocks
+
+    def member_slots(self, prompt_len: int, final_len: int) -> int:
+        return final_len
+
+    def cached_flags_at_head(self, n: int) -> list[bool]:
+        """Whether each of the next ``n`` blocks to be allocated still holds a cache key."""
+        return self.pool.cached_flags_at_head(n)
 
     def slot_mapping(self, seq_id: int, start: int, end: int) -> list[int]:
         s = self._get_resident(seq_id, "map slots of")

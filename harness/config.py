@@ -419,23 +419,28 @@ class SystemSpec:
     policy: str | None = None
     arena: str = "buddy"
     block_size: int | None = None
+    # the keys a manager declares for itself (its class's ``options``), as (key, value) pairs
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def option(self, key: str) -> Any:
+        """The value of the manager-specific catalog key ``key``."""
+        return dict(self.options)[key]
 
     def validate(self, where: str) -> None:
-        _require(self.kind in ("paged", "contiguous"), f"{where}.kind",
-                 f"must be 'paged' or 'contiguous', got {self.kind!r}")
-        if self.kind == "contiguous":
-            _require(self.policy in ("max", "pow2", "oracle"), f"{where}.policy",
-                     f"must be max, pow2 or oracle, got {self.policy!r}")
-            _require(self.arena in ("buddy", "first_fit", "best_fit"), f"{where}.arena",
-                     f"must be buddy, first_fit or best_fit, got {self.arena!r}")
+        from allocators import MANAGERS  # NOTE: here, so that importing the config stays light
+        _require(self.kind in MANAGERS, f"{where}.kind",
+                 f"must be one of {', '.join(sorted(MANAGERS))} (a registered manager), "
+                 f"got {self.kind!r}")
         _require_int(self, where, "block_size", optional=True)
         _require_bool(self, where, "prefix_caching")
+        problem = MANAGERS[self.kind].system_problem(self, None)
+        if problem is not None:
+            raise ConfigError(f"{where}.{problem[0]}: {problem[1]}")
 
     @property
     def label(self) -> str:
-        if self.kind == "paged":
-            return f"paged (block {self.block_size}{', prefix cache' if self.prefix_caching else ''})"
-        return f"contiguous {self.policy} ({self.arena})"
+        from allocators import MANAGERS
+        return MANAGERS[self.kind].label(self)
 
 
 _NESTED = {("ModelSpec", "rope_scaling"): RopeScaling, ("EngineSpec", "cost"): CostSpec,
@@ -480,6 +485,26 @@ def validate_block_size(value: Any) -> int:
 SYSTEM_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # steps_<name>.csv: never a path
 
 
+def _with_options(node: dict, where: str) -> dict:
+    """``node`` with the keys its manager declares (``options``) moved into ``options``;
+    each must be given."""
+    from allocators import MANAGERS
+    kind = node.get("kind")
+    declared = MANAGERS[kind].options if isinstance(kind, str) and kind in MANAGERS else ()
+    missing = [key for key in declared if key not in node]
+    if missing:
+        raise ConfigError(f"{where}.{missing[0]}: missing value; a {kind} system needs "
+                          f"{', '.join(declared)}")
+    node["options"] = tuple((key, node.pop(key)) for key in declared)
+    return node
+
+
+def _uses_block_size(kind: Any) -> bool:
+    """Whether the manager ``kind`` takes the top-level block_size (paged, radix...)."""
+    from allocators import MANAGERS
+    return isinstance(kind, str) and kind in MANAGERS and MANAGERS[kind].uses_block_size
+
+
 def select_systems(names: Any, catalog: Mapping[str, Any], block_size: int) -> list[SystemSpec]:
     """The systems named in ``systems=[...]``, from the ``allocator`` catalog."""
     names = to_plain(names)
@@ -508,8 +533,8 @@ def select_systems(names: Any, catalog: Mapping[str, Any], block_size: int) -> l
         if not isinstance(catalog[name], dict):
             raise ConfigError(f"allocator.{name}: must be a mapping of the system's keys (kind, "
                               f"...), got {catalog[name]!r}")
-        node = dict(catalog[name])
-        if node.get("kind") == "paged" and node.get("block_size") is None:
+        node = _with_options(dict(catalog[name]), f"allocator.{name}")
+        if node.get("block_size") is None and _uses_block_size(node.get("kind")):
             node["block_size"] = block_size
         specs.append(build_spec(SystemSpec, node, f"allocator.{name}", name=name))
     if len(set(names)) != len(names):

@@ -69,9 +69,19 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
             "engine.chunked_prefill=true")
     specs = select_systems(cfg["systems"] if systems is None else systems, cfg["allocator"],
                            block_size)
+    check_systems_for_model(specs, model)
     check_run_fits(parse_workload(cfg["workload"])[1])  # 10^9 requests: refused, not OOM-killed
     check_cost_profiles(engine, specs, model, hardware)  # the profile files, read and checked
     return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs)
+
+
+def check_systems_for_model(systems: list[SystemSpec], model: ModelSpec) -> None:
+    """What a system's manager cannot do with this model (e.g. a page smaller than a token)."""
+    from allocators import MANAGERS
+    for system in systems:
+        problem = MANAGERS[system.kind].system_problem(system, model)
+        if problem is not None:
+            raise ConfigError(f"allocator.{system.name}.{problem[0]}: {problem[1]}")
 
 
 def check_block_sizes(systems: list[SystemSpec], capacity: int) -> None:

@@ -104,3 +104,32 @@ def test_a_copied_pool_works_on_its_own_buffers(clone):
     assert list(twin.ref_cnt) == [1] * 100 and twin.num_cached_blocks == 0
     assert pool.num_free == 60 and list(pool.ref_cnt) == [1] * 40 + [0] * 60  # untouched
     assert pool.num_cached_blocks == 40 and pool.lookup(7) == table[7]
+
+
+class _CountingList(list):
+    """A list that counts the entries read through indexing (a slice counts its length)."""
+
+    reads = 0
+
+    def __getitem__(self, index):
+        item = super().__getitem__(index)
+        self.reads += len(item) if isinstance(index, slice) else 1
+        return item
+
+
+@pytest.mark.parametrize("num_blocks", [64, 1 << 16])
+def test_cached_flags_at_head_reads_only_the_entries_it_reports_whatever_the_pool_size(num_blocks):
+    # Fast-forward asks for the next few blocks' cache flags once per span: the work must
+    # be those few queue entries (plus the tombstones passed), never a copy of the queue.
+    pool = BlockPool(num_blocks)
+    taken = pool.allocate(3)
+    pool.register(taken[1], key=7)
+    pool.free(taken)  # the queue: 3 .. n-1, then 0, 1 (cached), 2
+    pool.touch(5)  # a tombstone near the head
+    pool._q = _CountingList(pool._q)
+    assert pool.cached_flags_at_head(4) == [False, False, False, False]  # blocks 3, 4, 6, 7
+    assert pool._q.reads == 5  # 4 blocks and the tombstone of block 5
+    assert pool.free_queue()[-3:] == [0, 1, 2]
+    pool._q.reads = 0
+    assert pool.cached_flags_at_head(2) == [False, False]
+    assert pool._q.reads == 2

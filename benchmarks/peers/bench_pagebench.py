@@ -84,7 +84,7 @@ class PagebenchAdapter:
         self.mgr.free(handle.seq_id)
 
     def used_blocks(self):
-        return self.num_blocks - self.mgr.pool.num_free
+        return self.num_blocks - self.mgr.num_free_blocks
 
     def total_blocks(self):
         return self.num_blocks

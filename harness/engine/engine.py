@@ -69,10 +69,7 @@ def rejection_reason(request: Request, scheduler: Scheduler, spec: EngineSpec,
         return "longer_than_max_model_len"
     if not manager.fits_empty_pool(request.prompt_len, request.kv_len):
         return "larger_than_pool"
-    per_sequence = request.kv_len
-    if hasattr(manager, "reservation"):  # contiguous: each sequence of a group reserves its own extent
-        per_sequence = manager.arena.taken_size(manager.reservation(request.prompt_len, request.kv_len))
-    if width * per_sequence > manager.capacity_slots:
+    if width * manager.member_slots(request.prompt_len, request.kv_len) > manager.capacity_slots:
         return "group_larger_than_pool"
     if width * 1 > spec.max_num_seqs:
         return "more_sequences_than_max_num_seqs"

@@ -19,7 +19,10 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
     """
     unit = system.block_size if system.kind == "paged" else 1
     if engine.executor == "sim":
-        return SimExecutor(make_cost_model(engine.cost, system, model, hardware), unit)
+        # page mapping (vattention) is charged per page, unless it overlaps compute
+        charged = manager.capabilities.maps_pages and not system.option("async_mapping")
+        page_costs = (system.option("map_page_s"), system.option("unmap_page_s")) if charged else ()
+        return SimExecutor(make_cost_model(engine.cost, system, model, hardware), unit, *page_costs)
     if engine.executor == "torch":
         from harness.engine.torch_executor import TorchExecutor
 
@@ -35,11 +38,13 @@ def make_cost_model(cost: CostSpec, system: SystemSpec, model: ModelSpec,
     layout and block size: the decode kernel's efficiency depends on them). A calibrated
     hardware profile measured on this model (``hardware.fitted``) prices with its fit,
     whichever model is selected: a measurement of this model beats either."""
-    fitted = layout_fit(hardware, system.kind)
+    from allocators import MANAGERS
+
+    layout, page_tokens = MANAGERS[system.kind].kernel_layout(system)
+    fitted = layout_fit(hardware, layout)
     if cost.model == "operator" and not (fitted is not None and fitted.applies_to(model)):
-        return OperatorCostModel(model, hardware, cost, system.kind,
-                                 system.block_size if system.kind == "paged" else None)
-    return RooflineCostModel(model, hardware, cost, layout=system.kind)
+        return OperatorCostModel(model, hardware, cost, layout, page_tokens)
+    return RooflineCostModel(model, hardware, cost, layout=layout)
 
 
 def check_cost_profiles(engine: EngineSpec, systems: list[SystemSpec], model: ModelSpec,

@@ -31,8 +31,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from allocators.contiguous import ContiguousKVCacheManager
-from allocators.paged import PagedKVCacheManager
+from allocators.base import PagedBulkDecode
 from harness.engine.plan import StepPlan
 from harness.engine.scheduler import Scheduler
 from harness.engine.sequence import Sequence, SequenceGroup, decode_synthetic, kv_span
@@ -120,9 +119,10 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     num_seqs = scheduler.num_running_seqs
     if not num_seqs or num_seqs > scheduler.spec.max_num_batched_tokens:
         return None  # the token budget would skip some sequences
-    paged = isinstance(manager, PagedKVCacheManager)
-    if not paged and not isinstance(manager, ContiguousKVCacheManager):
-        return None
+    bulk = manager.capabilities.bulk_decode
+    if bulk is None:
+        return None  # no closed form for this manager: step by step
+    paged = bulk == "paged"
     # NOTE: after a finish the waiting head often fits (then asking first saves the walk
     # over every sequence); otherwise ask once they all decode: a prefilling sequence is
     # the cheaper answer
@@ -198,7 +198,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     # NOTE: only tokens the workload gives (Request.output_token_ids, e.g. chat answers that
     # a later turn's prompt repeats) can form a block whose key another prompt (or another
     # sequence) has too: the synthetic ones are unique to their sequence and position.
-    keyed = paged and manager.enable_prefix_caching
+    keyed = paged and manager.capabilities.prefix_cache
     shared_keys = workload_tokens if keyed else []
     if shared_keys and scheduler.waiting:
         kv_tokens = _kv_tokens(seqs, generated, span)
@@ -227,7 +227,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         reserved = (base.reserved - int(reserved_now.sum()) + reserved_after.sum(axis=0)).tolist()
         rounding = (base.internal_rounding - int(rounding_now.sum())
                     + rounding_after.sum(axis=0)).tolist()
-        flags = manager.pool.cached_flags_at_head(int(taken[-1]))  # evicted in queue order
+        flags = manager.cached_flags_at_head(int(taken[-1]))  # evicted in queue order
         cached_popped = np.concatenate(([0], np.cumsum(flags, dtype=np.int64)))
         cached_free = (base.cached_free_slots - bs * cached_popped[taken]).tolist()
         allocated = allocated_array.tolist()
@@ -292,7 +292,7 @@ def _kv_tokens(seqs: list[Sequence], generated: list[int], span: int) -> list[ra
             for seq, first in zip(seqs, generated)]
 
 
-def _first_prefix_growth(scheduler: Scheduler, manager: PagedKVCacheManager, seqs: list[Sequence],
+def _first_prefix_growth(scheduler: Scheduler, manager: PagedBulkDecode, seqs: list[Sequence],
                          candidates: list[int], kv_tokens: list[range | list[int]],
                          positions: np.ndarray, bs: int) -> int | None:
     """The first step (1-based) of the span in which one of the ``candidates`` sequences
@@ -319,7 +319,7 @@ def _first_prefix_growth(scheduler: Scheduler, manager: PagedKVCacheManager, seq
     return first
 
 
-def _commit_in_step_order(manager: PagedKVCacheManager, seqs: list[Sequence],
+def _commit_in_step_order(manager: PagedBulkDecode, seqs: list[Sequence],
                           span_tokens: list[range | list[int]], written: np.ndarray,
                           bs: int) -> None:
     """Append each sequence's span tokens so that every block allocation (which may evict

@@ -54,6 +54,9 @@ class StepPlan:
     num_prefill_chunks: int = 0  # chunks of more than one token
     num_preempted: int = 0
     memory_blocked: bool = False
+    # physical pages mapped / unmapped this step (managers with Capabilities.maps_pages)
+    num_mapped_pages: int = 0
+    num_unmapped_pages: int = 0
 
     @property
     def is_empty(self) -> bool:

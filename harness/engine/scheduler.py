@@ -56,6 +56,8 @@ class Scheduler:
         self.readmission_tokens_cached = 0  # of those, hits of requests re-admitted after a preemption
         # preemptions recomputed although preemption=swap, by why
         self.swap_fallbacks = {"multi_sequence_group": 0, "cpu_swap_space_full": 0}
+        self._maps_pages = manager.capabilities.maps_pages
+        self._pages_seen = (0, 0)  # (mapped, unmapped) pages counted into earlier plans
 
     # ------------------------------------------------------------------ queues
     def add(self, group: SequenceGroup) -> None:
@@ -89,7 +91,7 @@ class Scheduler:
         self._scheduled: set[int] = set()
         static_admission_open = not self.running and not self.swapped
 
-        batch_decode = getattr(self.manager, "append_decode", None)
+        batch_decode = self.manager.append_decode if self.manager.capabilities.batched_decode else None
         index = 0
         while index < len(self.running):
             if batch_decode is not None:
@@ -113,6 +115,11 @@ class Scheduler:
         if plan.num_preempted == 0 and not self.swapped:
             if self.spec.scheduling == "continuous" or static_admission_open:
                 self._admit(plan)
+        if self._maps_pages:  # the pages mapped (unmapped) since the last plan: this step's
+            stats = self.manager.stats
+            plan.num_mapped_pages = stats.mapped_pages - self._pages_seen[0]
+            plan.num_unmapped_pages = stats.unmapped_pages - self._pages_seen[1]
+            self._pages_seen = (stats.mapped_pages, stats.unmapped_pages)
         return plan
 
     def _decode_run(self, index: int, plan: StepPlan, batch_decode) -> int:

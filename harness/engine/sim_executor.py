@@ -130,9 +130,11 @@ class SimExecutor:
 
     name = "sim"
 
-    def __init__(self, cost_model: RooflineCostModel | OperatorCostModel, copy_unit_slots: int) -> None:
+    def __init__(self, cost_model: RooflineCostModel | OperatorCostModel, copy_unit_slots: int,
+                 page_map_s: float = 0.0, page_unmap_s: float = 0.0) -> None:
         self.cost_model = cost_model
         self.copy_unit_slots = copy_unit_slots  # slots per copied unit (block size, or 1)
+        self.page_map_s, self.page_unmap_s = page_map_s, page_unmap_s  # per page (vattention)
         fit = getattr(cost_model, "fit", None)
         self.fit_range = (FitRange(fit.max_batch_size, fit.max_context_len)
                           if fit is not None and fit.max_batch_size and fit.max_context_len
@@ -160,6 +162,8 @@ class SimExecutor:
             decode_seqs = plan.num_seqs - prefill_seqs
             phases = self.cost_model.phases(plan.num_batched_tokens, prefill_pairs, decode_pairs,
                                             decode_seqs, copied, swapped, plan.num_seqs)
+            if plan.num_mapped_pages or plan.num_unmapped_pages:  # synchronous page mapping:
+                phases = (*phases[:-1], phases[-1] + self._mapping_seconds(plan))  # host work
             self.phase_rows.append(phases)
             self.decode_read_slots += decode_pairs
             if self._tally is not None and decode_seqs:
@@ -170,7 +174,14 @@ class SimExecutor:
                                          plan.num_prefill_chunks)
         if self.fit_range is not None:
             self.fit_range.step(plan.num_seqs, plan.kv_read_slots + plan.num_batched_tokens)
-        return cost.seconds, None
+        seconds = cost.seconds
+        if plan.num_mapped_pages or plan.num_unmapped_pages:  # synchronous page mapping
+            seconds += self._mapping_seconds(plan)
+        return seconds, None
+
+    def _mapping_seconds(self, plan: StepPlan) -> float:
+        """The driver calls that map and unmap the step's physical pages (vattention)."""
+        return plan.num_mapped_pages * self.page_map_s + plan.num_unmapped_pages * self.page_unmap_s
 
     def decode_durations(self, sum_positions: int, num_seqs: int, span: int) -> list[float]:
         """Durations of ``span`` steady decode steps, for fast-forwarding (a price only:

@@ -98,7 +98,10 @@ class TorchExecutor:
         self.spec, self.system, self.manager, self.engine = model_spec, system, manager, engine
         self.seed = seed
         self.sampling = engine.sampling
-        self.paged = system.kind == "paged"
+        if manager.capabilities.layout == "none":
+            raise ConfigError(f"systems: {system.name} ({system.kind}) has no KV tensor layout "
+                              "for the torch executor; run it with engine=sim")
+        self.paged = manager.capabilities.layout == "paged"
         layers, kv_heads, head_dim = self.model.num_layers, model_spec.num_kv_heads, model_spec.head_dim
         dtype = self.model.dtype
         if self.paged:
