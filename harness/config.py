@@ -142,8 +142,39 @@ def _require_str(spec: Any, where: str, *keys: str) -> None:
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """config.json's ``rope_scaling``: ``linear`` (positions / factor) or ``llama3``
+    (Llama-3.1: long wavelengths / factor, short ones kept, a smooth blend between)."""
+
+    type: str
+    factor: float
+    low_freq_factor: float | None = None  # llama3
+    high_freq_factor: float | None = None  # llama3
+    original_max_position_embeddings: int | None = None  # llama3
+
+    def validate(self, where: str) -> None:
+        _require(self.type in ROPE_SCALING_TYPES, f"{where}.type",
+                 f"must be one of {', '.join(ROPE_SCALING_TYPES)}, got {self.type!r}")
+        _require_number(self, where, "factor", rule=POSITIVE)
+        if self.type == "llama3":
+            _require_number(self, where, "low_freq_factor", "high_freq_factor", rule=POSITIVE)
+            _require(self.high_freq_factor > self.low_freq_factor, f"{where}.high_freq_factor",
+                     "must be above low_freq_factor")
+            _require_int(self, where, "original_max_position_embeddings")
+
+
+ROPE_SCALING_TYPES = ("linear", "llama3")
+# What the torch executor builds for ``architecture`` (harness/engine/model.py):
+# llama: RMSNorm, rotary positions, SwiGLU (mlp: gated) -- also Mistral and Qwen2;
+# opt: LayerNorm, learned positions, ReLU MLP, biases on every projection.
+ARCHITECTURES = ("llama", "opt")
+
+
+@dataclass(frozen=True)
 class ModelSpec:
-    """A decoder-only transformer's published dimensions."""
+    """A decoder-only transformer's published dimensions and the architecture the torch
+    executor builds for it (``path``: a local Hugging Face checkpoint with its weights;
+    ``harness.hf_config`` builds the spec from its config.json)."""
 
     name: str
     num_layers: int
@@ -158,6 +189,13 @@ class ModelSpec:
     dtype: str = "float16"
     tied_embeddings: bool = False
     num_layers_override: int | None = None
+    architecture: str = "llama"
+    rope_theta: float = 10_000.0
+    rope_scaling: RopeScaling | None = None
+    norm_eps: float = 1e-5
+    attention_bias: bool = False  # biases on the q, k, v projections (Qwen2)
+    sliding_window: int | None = None  # each query sees its last N keys (Mistral); null = all
+    path: str | None = None  # a local HF checkpoint directory (null = seeded random weights)
 
     def validate(self, where: str) -> None:
         _require_str(self, where, "name")
@@ -165,11 +203,21 @@ class ModelSpec:
                      "head_dim", "intermediate_size", "vocab_size", "max_context")
         _require(self.num_heads % self.num_kv_heads == 0, f"{where}.num_kv_heads",
                  f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads")
-        _require(self.mlp in ("gated", "gelu"), f"{where}.mlp", "must be 'gated' or 'gelu'")
+        _require(self.mlp in ("gated", "gelu", "relu"), f"{where}.mlp",
+                 "must be 'gated', 'gelu' or 'relu'")
         _require(isinstance(self.dtype, str) and self.dtype in DTYPE_BYTES, f"{where}.dtype",
                  f"must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
         _require_bool(self, where, "tied_embeddings")
         _require_int(self, where, "num_layers_override", optional=True)
+        _require(self.architecture in ARCHITECTURES, f"{where}.architecture",
+                 f"must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
+        _require(self.architecture != "opt" or self.mlp == "relu", f"{where}.mlp",
+                 "architecture opt has a ReLU MLP: set mlp: relu")
+        _require_number(self, where, "rope_theta", "norm_eps", rule=POSITIVE)
+        _require_bool(self, where, "attention_bias")
+        _require_int(self, where, "sliding_window", optional=True)
+        _require(self.path is None or (isinstance(self.path, str) and self.path != ""),
+                 f"{where}.path", f"must be a checkpoint directory or null, got {self.path!r}")
 
     @property
     def layers(self) -> int:
@@ -367,7 +415,7 @@ class SystemSpec:
         return MANAGERS[self.kind].label(self)
 
 
-_NESTED = {("EngineSpec", "cost"): CostSpec, ("HardwareSpec", "fitted"): FittedCostSpec}
+_NESTED = {("ModelSpec", "rope_scaling"): RopeScaling, ("EngineSpec", "cost"): CostSpec, ("HardwareSpec", "fitted"): FittedCostSpec}
 
 
 def check_run_options(cfg: Mapping[str, Any]) -> None:

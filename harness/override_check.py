@@ -251,7 +251,8 @@ def _spec_fields(group: str, tree: dict, path: list[str]) -> set[str]:
     from harness import config
 
     specs: dict[tuple[str, ...], type] = {
-        ("model",): config.ModelSpec, ("hardware",): config.HardwareSpec,
+        ("model",): config.ModelSpec, ("model", "rope_scaling"): config.RopeScaling,
+        ("hardware",): config.HardwareSpec,
         ("hardware", "fitted"): config.FittedCostSpec, ("engine",): config.EngineSpec,
         ("engine", "cost"): config.CostSpec}
     cls = specs.get((group, *path))

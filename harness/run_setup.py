@@ -38,13 +38,14 @@ class RunSetup:
 def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     """The specs of ``cfg`` (a composed config or its plain dict), for its ``systems`` or
     the given ones; raises ``ConfigError`` naming the key at fault."""
+    from harness.hf_config import load_model_spec
     from harness.workloads.build import parse_workload
 
     missing = [key for key in REQUIRED_KEYS if key not in cfg and (key != "systems" or not systems)]
     if missing:
         raise ConfigError(f"{missing[0]}: missing from the config, and every run reads it: set it "
                           f"({missing[0]}=...)")
-    model = build_spec(ModelSpec, cfg["model"], "model")
+    model = load_model_spec(cfg["model"])
     hardware = build_spec(HardwareSpec, cfg["hardware"], "hardware")
     engine = build_spec(EngineSpec, cfg["engine"], "engine")
     block_size = validate_block_size(cfg["block_size"])

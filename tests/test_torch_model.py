@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.config import ModelSpec
-from harness.engine.model import (LlamaModel, dense_causal_attention, exact_decode_attention)
+from harness.engine.model import (DecoderModel, dense_causal_attention, exact_decode_attention)
 from harness.engine.torch_device import get_model
 from kernels.reference import paged_decode_attention_reference
 from torch_helpers import (TINY, _request, dense_greedy, engine, one_torch_thread, paged,  # noqa: F401
@@ -105,16 +105,16 @@ def test_sdpa_prefill_path_matches_exact_path():
 
 
 def test_weights_are_seeded_and_variants_build():
-    a = LlamaModel(TINY, seed=3)
-    b = LlamaModel(TINY, seed=3)
-    c = LlamaModel(TINY, seed=4)
+    a = DecoderModel(TINY, seed=3)
+    b = DecoderModel(TINY, seed=3)
+    c = DecoderModel(TINY, seed=4)
     assert torch.equal(a.layers[1].wqkv, b.layers[1].wqkv)
     assert not torch.equal(a.layers[1].wqkv, c.layers[1].wqkv)
     opt_like = ModelSpec(name="gelu", num_layers=3, num_layers_override=1, hidden_size=64,
                          num_heads=4, num_kv_heads=4, head_dim=16, intermediate_size=96,
                          vocab_size=300, max_context=64, mlp="gelu", tied_embeddings=True,
                          dtype="bfloat16")
-    model = LlamaModel(opt_like)
+    model = DecoderModel(opt_like)
     assert len(model.layers) == 1 and model.lm_head is model.embed
     logits = model.dense_logits(torch.arange(10) * 1000)  # ids beyond the vocab wrap around
     assert logits.shape == (10, 300) and torch.isfinite(logits).all()

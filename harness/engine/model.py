@@ -1,15 +1,19 @@
-"""A Llama-style decoder with seeded random weights (no downloads), for the torch executor.
+"""The decoder the torch executor runs: seeded random weights or a local checkpoint's.
 
-RMSNorm -> fused QKV projection -> rotary embeddings -> attention (grouped-query) ->
-output projection -> RMSNorm -> SwiGLU MLP (or a GELU MLP for ``mlp: gelu`` models),
-residual connections, a final RMSNorm and the LM head. Dimensions come from a
-``ModelSpec`` (``conf/model``); ``num_layers_override`` shortens the stack.
+``architecture: llama`` (Llama, Mistral, Qwen2): RMSNorm -> fused QKV projection (with
+Qwen2's biases) -> rotary embeddings (theta and scaling from the spec, ``rope.py``) ->
+grouped-query attention -> output projection -> RMSNorm -> SwiGLU MLP (or GELU for
+``mlp: gelu``), residuals, a final RMSNorm and the LM head. ``architecture: opt`` (OPT,
+Zhang et al. 2022): learned positions added to the embedding, LayerNorm, no rotation,
+biases on every projection, a ReLU MLP. Dimensions come from a ``ModelSpec``
+(``conf/model`` or a checkpoint's config.json); weights from ``weights.py``;
+``num_layers_override`` shortens the stack.
 
 The model never sees the KV cache: ``forward`` takes an ``attention(layer, q, k, v)``
 callback, and the executor decides where keys and values live (paged blocks or a
 contiguous arena) and which kernel reads them. ``dense_causal_attention`` is the
-no-cache attention of the same math, used for prefills and by the tests' full-recompute
-reference.
+no-cache attention of the same math, used by the tests' full-recompute reference.
+A ``sliding_window`` spec (Mistral) lets each query see its last ``window`` keys.
 
 Batch invariance (``batch_invariant=True``): every reduction (matmuls, norms, softmax)
 accumulates in float64 and its result is rounded to the model dtype. A rounded float64
@@ -29,30 +33,19 @@ import torch
 import torch.nn.functional as F
 
 from harness.config import ModelSpec
+from harness.engine.rope import rotary_tables
+from harness.engine.weights import OPT_POSITION_OFFSET, LayerWeights, load_checkpoint, random_weights
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-ROPE_THETA = 10_000.0
-NORM_EPS = 1e-5
 EXACT_QUERY_BLOCK = 256  # query rows per block of the float64 prefill attention
 
 # attention(layer, q [T, num_heads, head_dim], k [T, num_kv_heads, head_dim], v) -> [T, num_heads, head_dim]
 AttentionFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-class _Layer:
-    __slots__ = ("attn_norm", "wqkv", "wo", "mlp_norm", "w_in", "w_down")
-
-    def __init__(self, attn_norm, wqkv, wo, mlp_norm, w_in, w_down) -> None:
-        self.attn_norm = attn_norm  # [hidden]
-        self.wqkv = wqkv  # [(num_heads + 2 * num_kv_heads) * head_dim, hidden]
-        self.wo = wo  # [hidden, num_heads * head_dim]
-        self.mlp_norm = mlp_norm  # [hidden]
-        self.w_in = w_in  # gated: [2 * intermediate, hidden] (gate; up), gelu: [intermediate, hidden]
-        self.w_down = w_down  # [hidden, intermediate]
-
-
-class LlamaModel:
-    """Seeded random weights of ``spec``'s dimensions on ``device`` in ``spec.dtype``."""
+class DecoderModel:
+    """``spec``'s model on ``device`` in ``spec.dtype``: ``spec.path``'s checkpoint weights,
+    or seeded random weights of its dimensions when it has no path."""
 
     def __init__(self, spec: ModelSpec, *, device: str | torch.device = "cpu", seed: int = 0,
                  batch_invariant: bool = False) -> None:
@@ -64,57 +57,23 @@ class LlamaModel:
         self.num_heads, self.num_kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
         self.vocab_size = spec.vocab_size
         self.scale = 1.0 / math.sqrt(spec.head_dim)
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(int(seed))
-        hidden, inter = spec.hidden_size, spec.intermediate_size
-        qkv_out = (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim
-        self.embed = self._randn(gen, (spec.vocab_size, hidden), 1.0)  # [vocab, hidden]
-        self.layers: list[_Layer] = []
-        for _ in range(self.num_layers):
-            w_in_rows = 2 * inter if spec.mlp == "gated" else inter
-            self.layers.append(_Layer(
-                attn_norm=self._ones(hidden),
-                wqkv=self._randn(gen, (qkv_out, hidden), hidden ** -0.5),
-                wo=self._randn(gen, (hidden, spec.num_heads * spec.head_dim),
-                               (spec.num_heads * spec.head_dim) ** -0.5),
-                mlp_norm=self._ones(hidden),
-                w_in=self._randn(gen, (w_in_rows, hidden), hidden ** -0.5),
-                w_down=self._randn(gen, (hidden, inter), inter ** -0.5),
-            ))
-        self.final_norm = self._ones(hidden)
-        self.lm_head = (self.embed if spec.tied_embeddings
-                        else self._randn(gen, (spec.vocab_size, hidden), hidden ** -0.5))  # [vocab, hidden]
+        self.opt = spec.architecture == "opt"
+        self.window = spec.sliding_window
+        weights = (load_checkpoint(spec, self.device, self.dtype) if spec.path is not None
+                   else random_weights(spec, self.device, self.dtype, seed))
+        self.weights = weights
+        self.embed, self.layers, self.lm_head = weights.embed, weights.layers, weights.lm_head
+        self.final_norm, self.final_norm_bias = weights.final_norm, weights.final_norm_bias
         # Rotary tables [max_context, head_dim / 2], computed in float64 once: a gather by
         # position is exact, so rotary embeddings are batch invariant in every mode.
-        half = spec.head_dim // 2
-        inv_freq = ROPE_THETA ** (-torch.arange(half, dtype=torch.float64) * 2.0 / spec.head_dim)
-        angles = torch.outer(torch.arange(spec.max_context, dtype=torch.float64), inv_freq)
         table_dtype = torch.float64 if self.batch_invariant else torch.float32
-        self.rope_cos = angles.cos().to(device=self.device, dtype=table_dtype)
-        self.rope_sin = angles.sin().to(device=self.device, dtype=table_dtype)
+        if not self.opt:
+            self.rope_cos, self.rope_sin = rotary_tables(spec, spec.max_context, self.device, table_dtype)
         self._wide: dict[int, torch.Tensor] = {}  # float64 copies of weights (batch_invariant)
-
-    # ------------------------------------------------------------------ weights
-    def _randn(self, gen: torch.Generator, shape: tuple[int, int], std: float) -> torch.Tensor:
-        """N(0, std^2) weights [rows, cols], drawn in float32 slabs of <= 256 MiB."""
-        out = torch.empty(shape, dtype=self.dtype, device=self.device)
-        rows = max(1, (1 << 26) // shape[1])
-        for start in range(0, shape[0], rows):
-            count = min(rows, shape[0] - start)
-            slab = torch.empty((count, shape[1]), dtype=torch.float32, device=self.device)
-            out[start:start + count] = slab.normal_(0.0, std, generator=gen)
-        return out
-
-    def _ones(self, n: int) -> torch.Tensor:
-        return torch.ones(n, dtype=self.dtype, device=self.device)
 
     @property
     def weight_bytes(self) -> int:
-        tensors = [self.embed, self.final_norm, *(getattr(layer, n) for layer in self.layers
-                                                  for n in _Layer.__slots__)]
-        if self.lm_head is not self.embed:
-            tensors.append(self.lm_head)
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return sum(t.numel() * t.element_size() for t in self.weights.tensors())
 
     # ------------------------------------------------------------------ ops
     def _wide_weight(self, w: torch.Tensor) -> torch.Tensor:
@@ -124,18 +83,23 @@ class LlamaModel:
             wide = self._wide[key] = w.to(torch.float64)
         return wide
 
-    def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """``x @ w.T``: x [T, in], w [out, in] -> [T, out] in the model dtype."""
+    def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ w.T + b``: x [T, in], w [out, in], b [out] or None -> [T, out] in the model dtype."""
         if self.batch_invariant:
-            return (x.to(torch.float64) @ self._wide_weight(w).T).to(self.dtype)
-        return F.linear(x, w)
+            out = x.to(torch.float64) @ self._wide_weight(w).T
+            return (out if b is None else out + self._wide_weight(b)).to(self.dtype)
+        return F.linear(x, w, b)
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """[T, hidden] -> [T, hidden]; statistics in float32 (float64 when batch invariant)."""
+    def norm(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """RMSNorm (llama) or LayerNorm (opt, with ``bias``): [T, hidden] -> [T, hidden];
+        statistics in float32 (float64 when batch invariant)."""
         acc = torch.float64 if self.batch_invariant else torch.float32
         xf = x.to(acc)
-        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)
-        return (normed * weight.to(acc)).to(self.dtype)
+        if self.opt:
+            xf = xf - xf.mean(-1, keepdim=True)
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.spec.norm_eps)
+        normed = normed * weight.to(acc)
+        return (normed if bias is None else normed + bias.to(acc)).to(self.dtype)
 
     def rotary_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [T, 1, head_dim / 2] of ``positions`` (gathered once per forward)."""
@@ -148,16 +112,18 @@ class LlamaModel:
         x1, x2 = xf[..., :half], xf[..., half:]
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(self.dtype)
 
-    def mlp(self, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
+    def mlp(self, layer: LayerWeights, x: torch.Tensor) -> torch.Tensor:
         """[T, hidden] -> [T, hidden]."""
-        h = self.linear(x, layer.w_in)  # [T, 2 * inter] or [T, inter]
+        h = self.linear(x, layer.w_in, layer.b_in)  # [T, 2 * inter] or [T, inter]
         acc = torch.float64 if self.batch_invariant else h.dtype
         if self.spec.mlp == "gated":
             gate, up = h.to(acc).chunk(2, dim=-1)
             act = (F.silu(gate) * up).to(self.dtype)  # [T, inter]
+        elif self.spec.mlp == "relu":
+            act = F.relu(h)
         else:
             act = F.gelu(h.to(acc)).to(self.dtype)
-        return self.linear(act, layer.w_down)
+        return self.linear(act, layer.w_down, layer.b_down)
 
     # ------------------------------------------------------------------ forward
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor,
@@ -170,28 +136,35 @@ class LlamaModel:
         T = token_ids.shape[0]
         nh, nkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = self.embed[token_ids.long() % self.vocab_size]  # [T, hidden]
-        cos, sin = self.rotary_tables(positions.long())
+        positions = positions.long()
+        if self.opt:
+            x = x + self.weights.positions[positions + OPT_POSITION_OFFSET]
+        else:
+            cos, sin = self.rotary_tables(positions)
         for index, layer in enumerate(self.layers):
-            qkv = self.linear(self.rms_norm(x, layer.attn_norm), layer.wqkv)  # [T, (nh + 2 nkv) d]
+            h = self.norm(x, layer.attn_norm, layer.attn_norm_bias)
+            qkv = self.linear(h, layer.wqkv, layer.bqkv)  # [T, (nh + 2 nkv) d]
             q = qkv[:, :nh * d].view(T, nh, d)
             k = qkv[:, nh * d:(nh + nkv) * d].view(T, nkv, d)
             v = qkv[:, (nh + nkv) * d:].reshape(T, nkv, d)
-            q, k = self.rotary(q, cos, sin), self.rotary(k, cos, sin)
+            if not self.opt:
+                q, k = self.rotary(q, cos, sin), self.rotary(k, cos, sin)
             attn = attention(index, q, k, v)  # [T, nh, d]
-            x = x + self.linear(attn.reshape(T, nh * d), layer.wo)
-            x = x + self.mlp(layer, self.rms_norm(x, layer.mlp_norm))
+            x = x + self.linear(attn.reshape(T, nh * d), layer.wo, layer.bo)
+            x = x + self.mlp(layer, self.norm(x, layer.mlp_norm, layer.mlp_norm_bias))
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[n, hidden] -> float32 logits [n, vocab]."""
-        return self.linear(self.rms_norm(hidden, self.final_norm), self.lm_head).float()
+        return self.linear(self.norm(hidden, self.final_norm, self.final_norm_bias), self.lm_head).float()
 
     def dense_logits(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Full recompute without any cache: float32 logits [T, vocab] of one sequence."""
         positions = torch.arange(token_ids.shape[0], device=self.device)
 
         def attend(_layer: int, q, k, v):
-            return dense_causal_attention(q, k, v, 0, batch_invariant=self.batch_invariant)
+            return dense_causal_attention(q, k, v, 0, batch_invariant=self.batch_invariant,
+                                          window=self.window)
 
         return self.logits(self.forward(token_ids.to(self.device), positions, attend))
 
@@ -202,11 +175,13 @@ def exact_attention(
     v: torch.Tensor,  # [length, num_kv_heads, head_dim]
     q_start: int,
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:  # [rows, num_heads, head_dim], dtype of q
     """Causal attention accumulated in float64, rounded to q's dtype (the batch-invariant path).
 
     Prefill chunks and decode tokens both come here, so a token's attention is the same
-    function of its query and its sequence's keys whichever path computed it.
+    function of its query and its sequence's keys whichever path computed it. With a
+    ``window``, a query at position p sees keys p - window + 1 .. p.
     """
     rows, num_heads, head_dim = q.shape
     length, num_kv_heads = k.shape[0], k.shape[1]
@@ -216,10 +191,14 @@ def exact_attention(
     qd = (q.to(torch.float64).view(rows, num_kv_heads, group, head_dim)
           .permute(1, 2, 0, 3).reshape(num_kv_heads, group * rows, head_dim))  # [kv_heads, group*rows, head_dim]
     scores = torch.bmm(qd, kd) * scale  # [kv_heads, group * rows, length]
-    if q_start + rows < length or rows > 1:
+    windowed = window is not None and length > window
+    if q_start + rows < length or rows > 1 or windowed:
         positions = (q_start + torch.arange(rows, device=q.device)).repeat(group)  # [group * rows]
         keys = torch.arange(length, device=q.device)
-        scores.masked_fill_(keys[None, None, :] > positions[None, :, None], float("-inf"))
+        hidden = keys[None, None, :] > positions[None, :, None]
+        if windowed:
+            hidden |= keys[None, None, :] <= positions[None, :, None] - window
+        scores.masked_fill_(hidden, float("-inf"))
     out = torch.bmm(torch.softmax(scores, dim=-1), vd)  # [kv_heads, group * rows, head_dim]
     return (out.view(num_kv_heads, group, rows, head_dim).permute(2, 0, 1, 3)
             .reshape(rows, num_heads, head_dim).to(q.dtype))
@@ -233,8 +212,10 @@ def dense_causal_attention(
     *,
     batch_invariant: bool = False,
     scale: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:  # [n, num_heads, head_dim], dtype of q
-    """Causal attention of a chunk of queries over the keys before and at their position."""
+    """Causal attention of a chunk of queries over the keys before and at their position
+    (the last ``window`` of them with a sliding window)."""
     n, num_heads, head_dim = q.shape
     length = k.shape[0]
     if length != q_start + n:
@@ -247,18 +228,21 @@ def dense_causal_attention(
         for r0 in range(0, n, EXACT_QUERY_BLOCK):
             r1 = min(n, r0 + EXACT_QUERY_BLOCK)
             end = q_start + r1
-            out[r0:r1] = exact_attention(q[r0:r1], k[:end], v[:end], q_start + r0, scale)
+            out[r0:r1] = exact_attention(q[r0:r1], k[:end], v[:end], q_start + r0, scale, window)
         return out
     group = num_heads // k.shape[1]
     if group > 1:
         k = k.repeat_interleave(group, dim=1)  # [length, num_heads, head_dim]
         v = v.repeat_interleave(group, dim=1)
     qt, kt, vt = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
-    if q_start == 0:
+    if q_start == 0 and (window is None or length <= window):
         out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=scale)
     else:
-        visible = (torch.arange(length, device=q.device)[None, :]
-                   <= (q_start + torch.arange(n, device=q.device))[:, None])
+        keys = torch.arange(length, device=q.device)[None, :]
+        queries = (q_start + torch.arange(n, device=q.device))[:, None]
+        visible = keys <= queries
+        if window is not None:
+            visible &= keys > queries - window
         out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=visible, scale=scale)
     return out[0].transpose(0, 1)  # [n, heads, head_dim]
 
@@ -270,6 +254,7 @@ def exact_decode_attention(
     slot_index: torch.Tensor,  # [num_seqs, >= max len] long: slot of each position
     context_lens: list[int],
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim], dtype of q
     """Decode attention on the batch-invariant path: each sequence's keys read through its
     slot index (block table or start offset), then ``exact_attention``. Only positions
@@ -278,5 +263,5 @@ def exact_decode_attention(
     for i, length in enumerate(context_lens):
         index = slot_index[i, :length]
         out[i:i + 1] = exact_attention(q[i:i + 1], k_slots.index_select(0, index),
-                                       v_slots.index_select(0, index), length - 1, scale)
+                                       v_slots.index_select(0, index), length - 1, scale, window)
     return out

@@ -16,10 +16,10 @@ import sys
 import torch
 
 from harness.config import EngineSpec, ModelSpec
-from harness.engine.model import LlamaModel, dense_causal_attention
+from harness.engine.model import DecoderModel, dense_causal_attention
 from harness.errors import ConfigError
 
-_MODEL_CACHE: dict[tuple, LlamaModel] = {}
+_MODEL_CACHE: dict[tuple, DecoderModel] = {}
 
 
 def set_cpu_threads(threads: int) -> None:
@@ -52,7 +52,7 @@ def resolve_batch_invariant(engine: EngineSpec, device: torch.device) -> bool:
     return device.type == "cpu" if engine.batch_invariant is None else bool(engine.batch_invariant)
 
 
-def get_model(spec: ModelSpec, device: torch.device, seed: int, batch_invariant: bool) -> LlamaModel:
+def get_model(spec: ModelSpec, device: torch.device, seed: int, batch_invariant: bool) -> DecoderModel:
     """The model for these settings, built once per process (systems of a run share it).
 
     Only the latest model is kept, so a different model frees the previous one's memory.
@@ -63,7 +63,7 @@ def get_model(spec: ModelSpec, device: torch.device, seed: int, batch_invariant:
         _MODEL_CACHE.clear()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        model = LlamaModel(spec, device=device, seed=seed, batch_invariant=batch_invariant)
+        model = DecoderModel(spec, device=device, seed=seed, batch_invariant=batch_invariant)
         _MODEL_CACHE[key] = model
     return model
 

@@ -18,12 +18,13 @@ Each ``execute(plan)``, in order:
    offsets), prefill gather indices -- packed into ONE host-to-device copy;
 3. the forward pass: per layer, every new token's K/V is written through
    ``write_kv_cache`` first (so a prefix block registered this step by one sequence is
-   filled before another reads it), then decode tokens (1-token chunks) run the paged or
-   contiguous decode kernel, and each prefill chunk gathers its sequence's K/V for
-   positions ``[0, end)`` FROM THE CACHE (so prefix-cache hits read the cached KV, never a
-   recomputation) and runs causal attention. With ``batch_invariant`` (the CPU default)
-   decode tokens read their keys through the same block tables / start offsets but run
-   ``model.exact_attention`` (float64) instead of the kernel, like the prefill path: that
+   filled before another reads it, and each chunk's own keys are in the cache), then
+   decode tokens (1-token chunks) run the paged or contiguous decode kernel, and prefill
+   chunks run ``kernels.paged_prefill.prefill_attention``, which reads each chunk's context
+   ``[0, end)`` IN PLACE through the same block tables (or start offsets): prefix-cache hits
+   and earlier chunks of a chunked prefill are read from the cache, never recomputed or
+   copied. With ``batch_invariant`` (the CPU default) decode and prefill rows read their
+   keys through the same index but run ``model.exact_attention`` (float64) instead: that
    is what makes paged and contiguous runs agree token for token;
 4. sampling: logits only for chunks that complete their sequence's known tokens; sample
    0 of a request is greedy (argmax), further parallel samples are greedy too
@@ -46,7 +47,7 @@ import torch
 
 from harness.config import EngineSpec, ModelSpec, SystemSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
-from harness.engine.model import LlamaModel, dense_causal_attention, exact_decode_attention
+from harness.engine.model import DecoderModel, dense_causal_attention, exact_decode_attention
 from harness.engine.plan import StepPlan
 from harness.engine.torch_device import (device_name, get_model, resolve_batch_invariant,
                                          resolve_device, set_cpu_threads)
@@ -55,6 +56,7 @@ from kernels.cache_write import copy_blocks, swap_blocks, write_kv_cache
 from kernels.contiguous_decode import contiguous_decode_attention
 from kernels import _runtime as rt
 from kernels.paged_decode import paged_decode_attention
+from kernels.paged_prefill import prefill_attention
 
 class StepSample(NamedTuple):
     """One executed step: what it computed (the sim cost model's features) and what it took."""
@@ -76,8 +78,8 @@ class StepSample(NamedTuple):
 @dataclass
 class _Prefill:
     rows: tuple[int, int]  # [r0, r1) rows of the step's token arrays
-    context: tuple[int, int]  # [c0, c1) of the step's prefill context-slot array
     start: int  # position of the chunk's first token
+    end: int  # position after its last token (the context it attends to)
 
 
 @dataclass
@@ -87,12 +89,15 @@ class _StepInputs:
     write_slots: torch.Tensor  # [W] int32, W = T + member rows (contiguous forks)
     write_rows: torch.Tensor | None  # [W] long rows of k/v to write, None = 0..T-1
     num_decode: int
-    decode_index: torch.Tensor | None  # paged: block tables [n, width]; contiguous: starts [n]
-    decode_lens: torch.Tensor | None  # [n] int32
+    # every chunk's row (decode chunks, then prefill chunks) of the cache index:
+    # paged: block tables [n, width]; contiguous: start slots [n]
+    index: torch.Tensor
+    decode_lens: torch.Tensor | None  # [num_decode] int32
     max_decode_len: int
     decode_lens_host: list[int]
-    context_slots: torch.Tensor | None  # [sum of prefill ends] long
     prefills: list[_Prefill]
+    query_starts: torch.Tensor | None  # [num_prefill + 1] int32: prefill rows, from row num_decode
+    prefill_lens: torch.Tensor | None  # [num_prefill] int32: each chunk's end
     sample_rows: torch.Tensor | None  # [S] long
     sample_seqs: list[tuple] = field(default_factory=list)  # per sample row: the sequences
 
@@ -103,7 +108,7 @@ class TorchExecutor:
     name = "torch"
 
     def __init__(self, model_spec: ModelSpec, system: SystemSpec, manager, engine: EngineSpec, *,
-                 max_model_len: int, seed: int = 0, model: LlamaModel | None = None) -> None:
+                 max_model_len: int, seed: int = 0, model: DecoderModel | None = None) -> None:
         self.device = resolve_device(engine.device)
         if self.device.type == "cpu" and engine.cpu_threads is not None:
             set_cpu_threads(engine.cpu_threads)  # NOTE: process-wide
@@ -263,7 +268,7 @@ class TorchExecutor:
         sample_seqs: list[tuple] = []
         vocab = self.model.vocab_size
         # decode chunks: one token each
-        dec_ids, dec_tables, dec_starts, dec_lens = [], [], [], []
+        seq_ids, tables, starts, dec_lens = [], [], [], []
         for row, c in enumerate(decode):
             seq, pos = c.seq, c.start
             prompt_len = len(seq.prompt)
@@ -271,28 +276,22 @@ class TorchExecutor:
             positions[row] = pos
             write_slots.extend(manager.slot_mapping(seq.seq_id, pos, pos + 1))
             dec_lens.append(c.end)
-            if paged:
-                dec_ids.append(seq.seq_id)
-                dec_tables.append(manager.block_table(seq.seq_id))
-            else:
-                dec_starts.append(manager.slot_range(seq.seq_id)[0])
+            self._index_row(seq.seq_id, seq_ids, tables, starts)
             self._member_writes(c, row, extra_rows, extra_slots)
             if c.end == seq.num_tokens:
                 sample_rows.append(row)
                 sample_seqs.append((seq, *c.members))
-        # prefill chunks: gather their whole context [0, end) from the cache
+        # prefill chunks: their context [0, end) is read from the cache through the index
         row = len(decode)
-        context: list[int] = []
         prefills: list[_Prefill] = []
         for c in prefill:
             seq, n = c.seq, c.num_tokens
             tokens[row:row + n] = seq.token_ids(c.start, c.end)
             positions[row:row + n] = np.arange(c.start, c.end, dtype=np.int32)
-            slots = manager.slot_mapping(seq.seq_id, 0, c.end)
-            write_slots.extend(slots[c.start:])
+            write_slots.extend(manager.slot_mapping(seq.seq_id, c.start, c.end))
+            self._index_row(seq.seq_id, seq_ids, tables, starts)
             self._member_writes(c, row, extra_rows, extra_slots)
-            prefills.append(_Prefill((row, row + n), (len(context), len(context) + c.end), c.start))
-            context.extend(slots)
+            prefills.append(_Prefill((row, row + n), c.start, c.end))
             row += n
             if c.end == seq.num_tokens:
                 sample_rows.append(row - 1)
@@ -308,34 +307,43 @@ class TorchExecutor:
         table_prep = None
         if decode:
             arrays["decode_lens"] = np.asarray(dec_lens, dtype=np.int32)
-            if paged:
-                table_prep = self.tables.prepare(dec_ids, dec_tables)
-                arrays.update({f"table_{k}": v for k, v in table_prep.arrays.items()})
-            else:
-                arrays["decode_starts"] = np.asarray(dec_starts, dtype=np.int32)
-        if context:
-            arrays["context"] = np.asarray(context, dtype=np.int32)
+        if paged:
+            table_prep = self.tables.prepare(seq_ids, tables)
+            arrays.update({f"table_{k}": v for k, v in table_prep.arrays.items()})
+        else:
+            arrays["starts"] = np.asarray(starts, dtype=np.int32)
+        if prefills:
+            sizes = [p.rows[1] - p.rows[0] for p in prefills]
+            arrays["query_starts"] = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+            arrays["prefill_lens"] = np.asarray([p.end for p in prefills], dtype=np.int32)
         if sample_rows:
             arrays["sample_rows"] = np.asarray(sample_rows, dtype=np.int32)
         dev = self.uploader.upload(arrays)
-        decode_index = None
-        if decode:
-            if paged:
-                decode_index = self.tables.finish(
-                    table_prep, {k[len("table_"):]: v for k, v in dev.items() if k.startswith("table_")})
-            else:
-                decode_index = dev["decode_starts"]
+        if paged:
+            index = self.tables.finish(
+                table_prep, {k[len("table_"):]: v for k, v in dev.items() if k.startswith("table_")})
+        else:
+            index = dev["starts"]
         inputs = _StepInputs(
             tokens=dev["tokens"].long(), positions=dev["positions"].long(),
             write_slots=dev["write_slots"],
             write_rows=dev["write_rows"].long() if extra_rows else None,
-            num_decode=len(decode), decode_index=decode_index, decode_lens=dev.get("decode_lens"),
-            max_decode_len=max(dec_lens, default=0), decode_lens_host=dec_lens,
-            context_slots=dev["context"].long() if context else None, prefills=prefills,
+            num_decode=len(decode), index=index, decode_lens=dev.get("decode_lens"),
+            max_decode_len=max(dec_lens, default=0), decode_lens_host=dec_lens, prefills=prefills,
+            query_starts=dev.get("query_starts"), prefill_lens=dev.get("prefill_lens"),
             sample_rows=dev["sample_rows"].long() if sample_rows else None, sample_seqs=sample_seqs,
         )
         rows_uploaded = table_prep.rows_changed if table_prep is not None else 0
         return inputs, features, rows_uploaded
+
+    def _index_row(self, seq_id: int, seq_ids: list[int], tables: list[list[int]],
+                   starts: list[int]) -> None:
+        """The chunk's row of the cache index: its block table (paged) or its start slot."""
+        if self.paged:
+            seq_ids.append(seq_id)
+            tables.append(self.manager.block_table(seq_id))
+        else:
+            starts.append(self.manager.slot_range(seq_id)[0])
 
     def _member_writes(self, chunk, row: int, extra_rows: list[int], extra_slots: list[int]) -> None:
         """Forked members with their own slots (contiguous) also receive the chunk's K/V.
@@ -352,8 +360,13 @@ class TorchExecutor:
 
     def _attention(self, inputs: _StepInputs):
         model, backend, exact = self.model, self.backend, self.batch_invariant
-        n_dec = inputs.num_decode
-        decode_slots = self._decode_slot_index(inputs) if exact and n_dec else None
+        n_dec, window = inputs.num_decode, model.window
+        # the float64 path reads every context slot through the index: [chunks, max_len]
+        max_len = max([inputs.max_decode_len] + [p.end for p in inputs.prefills])
+        slot_index = self._slot_index(inputs.index, max_len) if exact else None
+        decode_index = inputs.index[:n_dec]
+        prefill_index = inputs.index[n_dec:]
+        max_query_len = max((p.rows[1] - p.rows[0] for p in inputs.prefills), default=0)
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             # q [T, num_heads, head_dim]; k, v [T, num_kv_heads, head_dim]
@@ -362,45 +375,45 @@ class TorchExecutor:
                 k_new, v_new = k.index_select(0, inputs.write_rows), v.index_select(0, inputs.write_rows)
             else:
                 k_new, v_new = k, v
+            # every new token's K/V first: the chunks below read their own keys from the cache
             write_kv_cache(k_new, v_new, k_cache, v_cache, inputs.write_slots, backend=backend)
             out = torch.empty_like(q)  # [T, num_heads, head_dim]
-            if n_dec:
-                q_dec = q[:n_dec]
-                if exact:  # float64 accumulation: the same rounding as the prefill path
-                    flat_k, flat_v = self.kv_flat[layer]
-                    out[:n_dec] = exact_decode_attention(q_dec, flat_k, flat_v, decode_slots,
-                                                         inputs.decode_lens_host, model.scale)
-                elif self.paged:
-                    paged_decode_attention(q_dec, k_cache, v_cache, inputs.decode_index,
-                                           inputs.decode_lens, max_context_len=inputs.max_decode_len,
-                                           out=out[:n_dec], backend=backend)
-                else:
-                    contiguous_decode_attention(q_dec, k_cache, v_cache, inputs.decode_index,
-                                                inputs.decode_lens, max_context_len=inputs.max_decode_len,
-                                                out=out[:n_dec], backend=backend)
-            if inputs.prefills:
+            if exact:  # float64 accumulation, the same function for decode and prefill rows
                 flat_k, flat_v = self.kv_flat[layer]  # [num_slots, num_kv_heads, head_dim]
-                for p in inputs.prefills:
-                    slots = inputs.context_slots[p.context[0]:p.context[1]]
+                if n_dec:
+                    out[:n_dec] = exact_decode_attention(q[:n_dec], flat_k, flat_v, slot_index,
+                                                         inputs.decode_lens_host, model.scale, window)
+                for i, p in enumerate(inputs.prefills, start=n_dec):
+                    slots = slot_index[i, :p.end]
                     r0, r1 = p.rows
                     out[r0:r1] = dense_causal_attention(
                         q[r0:r1], flat_k.index_select(0, slots), flat_v.index_select(0, slots),
-                        p.start, batch_invariant=exact, scale=model.scale)
+                        p.start, batch_invariant=True, scale=model.scale, window=window)
+                return out
+            if n_dec:
+                decode = paged_decode_attention if self.paged else contiguous_decode_attention
+                decode(q[:n_dec], k_cache, v_cache, decode_index, inputs.decode_lens,
+                       max_context_len=inputs.max_decode_len, scale=model.scale,
+                       sliding_window=window, out=out[:n_dec], backend=backend)
+            if inputs.prefills:
+                prefill_attention(q[n_dec:], k_cache, v_cache, prefill_index, inputs.query_starts,
+                                  inputs.prefill_lens, max_query_len=max_query_len, scale=model.scale,
+                                  sliding_window=window, out=out[n_dec:], backend=backend)
             return out
 
         return attend
 
-    def _decode_slot_index(self, inputs: _StepInputs) -> torch.Tensor:
-        """[num_decode, max_len] long: the slot of every context position, read through the
+    def _slot_index(self, index: torch.Tensor, max_len: int) -> torch.Tensor:
+        """[chunks, max_len] long: the slot of every context position, read through the
         block tables (paged) or the start offsets (contiguous); positions past a sequence's
         length point at a valid slot and are masked."""
-        positions = torch.arange(inputs.max_decode_len, device=self.device)  # [max_len]
+        positions = torch.arange(max_len, device=self.device)  # [max_len]
         if self.paged:
-            tables = inputs.decode_index.long()  # [n, width]
+            tables = index.long()  # [n, width]
             width = tables.shape[1]
             blocks = tables[:, (positions // self.block_size).clamp_(max=width - 1)]  # [n, max_len]
             return blocks * self.block_size + positions % self.block_size
-        slots = inputs.decode_index.long()[:, None] + positions[None, :]
+        slots = index.long()[:, None] + positions[None, :]
         return slots.clamp_(max=self.kv_flat[0][0].shape[0] - 1)
 
     def _sample(self, logits: torch.Tensor, sample_seqs: list[tuple]) -> dict[int, int]:
@@ -435,6 +448,13 @@ class TorchExecutor:
                            backend=self.backend)
             if k_cache.shape[0] > 1:  # blocks (paged) or slots (contiguous forks)
                 copy_blocks([k_cache], [(0, 1)], backend=self.backend)
+            starts = torch.tensor([0, 8], dtype=torch.int32, device=self.device)
+            ends = torch.full((1,), 8, dtype=torch.int32, device=self.device)
+            q = torch.zeros(8, model.num_heads, head_dim, dtype=model.dtype, device=self.device)
+            index = (torch.zeros((1, 8), dtype=torch.int32, device=self.device) if self.paged
+                     else torch.zeros(1, dtype=torch.int32, device=self.device))
+            prefill_attention(q, k_cache, v_cache, index, starts, ends, max_query_len=8,
+                              sliding_window=model.window, backend=self.backend)
             for num_seqs, length in ((1, 4096), (4, 512), (64, 1)):
                 q = torch.zeros(num_seqs, model.num_heads, head_dim, dtype=model.dtype, device=self.device)
                 lens = torch.full((num_seqs,), 1, dtype=torch.int32, device=self.device)

@@ -1,0 +1,208 @@
+"""A ``ModelSpec`` from a local Hugging Face checkpoint's config.json (``model=hf model.path=DIR``).
+
+``load_model_spec(node)`` is how a run builds its model spec: a node without ``path`` is a
+conf/model YAML (``build_spec``); with ``path`` (a directory, or its config.json) the
+dimensions, rotary settings, tied embeddings, sliding window and dtype come from
+config.json, and only ``name``, ``dtype``, ``max_context`` and ``num_layers_override`` may
+be set beside it. Families are read by ``FAMILIES`` (model_type -> reader); each reader
+returns ModelSpec keys, so a new family (or new spec keys: MLA ranks, experts, layer
+patterns) is one more reader. Unknown architectures and missing fields are one-line
+errors naming the file and the field. Nothing is downloaded.
+
+Defaults used when config.json omits a key are transformers' documented defaults for
+that config class (``num_key_value_heads`` = ``num_attention_heads``, ``rope_theta``
+10000, ``tie_word_embeddings`` false); every other key is required.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from harness.config import ModelSpec, build_spec, to_plain
+from harness.errors import ConfigError, InputError
+
+# keys a model=hf node may set beside path (the rest come from config.json)
+OVERRIDABLE = ("name", "dtype", "max_context", "num_layers_override")
+HF_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
+
+
+def load_model_spec(node: Any, where: str = "model") -> ModelSpec:
+    """The run's ModelSpec: from the YAML node, or from config.json when ``path`` is set."""
+    data = dict(to_plain(node) or {})
+    if data.get("path") is None:
+        if "path" in data and data.get("name") is None:
+            raise ConfigError(f"{where}.path: model=hf needs a checkpoint directory: set "
+                              f"{where}.path=DIR (a local Hugging Face directory with config.json)")
+        return build_spec(ModelSpec, data, where)
+    extra = sorted(k for k, v in data.items() if v is not None and k not in (*OVERRIDABLE, "path"))
+    if extra:
+        raise ConfigError(f"{where}.{extra[0]}: comes from the checkpoint's config.json when "
+                          f"{where}.path is set; only {', '.join(OVERRIDABLE)} may be set beside it")
+    keys = spec_keys(data["path"])
+    keys.update({k: data[k] for k in OVERRIDABLE if data.get(k) is not None})
+    return build_spec(ModelSpec, keys, where)
+
+
+def config_path(path: str) -> Path:
+    """DIR/config.json (or the given config.json), which must exist."""
+    given = Path(path).expanduser()
+    file = given if given.name == "config.json" else given / "config.json"
+    if not file.is_file():
+        raise ConfigError(f"model.path={path}: no {file} (a local Hugging Face checkpoint "
+                          "directory holds config.json and *.safetensors; nothing is downloaded)")
+    return file
+
+
+def spec_keys(path: str) -> dict[str, Any]:
+    """ModelSpec keys read from the config.json at ``path`` (``path`` and ``name`` included)."""
+    file = config_path(path)
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"not a readable JSON file ({exc})", path=str(file)) from None
+    if not isinstance(config, dict):
+        raise InputError("must hold a JSON object", path=str(file))
+    fields = _Fields(config, str(file))
+    model_type = fields.get("model_type", str)
+    reader = FAMILIES.get(model_type)
+    if reader is None:
+        raise InputError(f"{model_type!r} is not supported (supported: "
+                         f"{', '.join(sorted(FAMILIES))})", path=str(file), field="model_type")
+    architectures = fields.get("architectures", list, default=[])
+    if architectures and architectures[0] not in reader.architectures:
+        raise InputError(f"{architectures[0]!r} is not supported (supported: "
+                         f"{', '.join(reader.architectures)})", path=str(file), field="architectures")
+    keys = reader(fields)
+    keys.update(path=str(file.parent.resolve()), name=file.parent.resolve().name or "hf")
+    return keys
+
+
+class _Fields:
+    """Typed reads of config.json's keys; a missing or mistyped key names file and field."""
+
+    def __init__(self, config: Mapping[str, Any], file: str) -> None:
+        self.config, self.file = config, file
+
+    def get(self, key: str, kind: type | tuple, *, default: Any = ..., source: Mapping | None = None):
+        source = self.config if source is None else source
+        if key not in source:
+            if default is ...:
+                raise InputError("missing (the spec needs it)", path=self.file, field=key)
+            return default
+        value = source[key]
+        if value is None and default is None:
+            return None
+        numeric = kind in (int, float, (int, float))
+        if not isinstance(value, kind) or (numeric and isinstance(value, bool)):
+            raise InputError(f"must be {getattr(kind, '__name__', 'a number')}, got {value!r}",
+                             path=self.file, field=key)
+        return value
+
+    def fail(self, key: str, message: str):
+        raise InputError(message, path=self.file, field=key)
+
+
+def _llama_keys(f: _Fields) -> dict[str, Any]:
+    """The keys every family of the Llama layout shares (Llama, Mistral, Qwen2)."""
+    heads = f.get("num_attention_heads", int)
+    hidden = f.get("hidden_size", int)
+    act = f.get("hidden_act", str)
+    if act != "silu":
+        f.fail("hidden_act", f"{act!r} is not supported (the gated MLP is SwiGLU: silu)")
+    if f.get("mlp_bias", bool, default=False):
+        f.fail("mlp_bias", "MLP biases are not supported")
+    head_dim = f.get("head_dim", int, default=None) or hidden // heads
+    return {
+        "architecture": "llama", "mlp": "gated",
+        "num_layers": f.get("num_hidden_layers", int), "hidden_size": hidden,
+        "num_heads": heads, "num_kv_heads": f.get("num_key_value_heads", int, default=heads),
+        "head_dim": head_dim, "intermediate_size": f.get("intermediate_size", int),
+        "vocab_size": f.get("vocab_size", int), "max_context": f.get("max_position_embeddings", int),
+        "norm_eps": float(f.get("rms_norm_eps", (int, float))),
+        "tied_embeddings": f.get("tie_word_embeddings", bool, default=False),
+        "dtype": _dtype(f), **_rope(f),
+    }
+
+
+def _dtype(f: _Fields) -> str:
+    key = "torch_dtype" if "torch_dtype" in f.config else "dtype"  # transformers >= 5 writes dtype
+    value = f.get(key, str)
+    if value not in HF_DTYPES:
+        f.fail(key, f"{value!r} is not supported (supported: {', '.join(HF_DTYPES)})")
+    return HF_DTYPES[value]
+
+
+def _rope(f: _Fields) -> dict[str, Any]:
+    """rope_theta and rope_scaling (transformers >= 5 nests both in rope_parameters)."""
+    params = f.get("rope_parameters", dict, default=None)
+    theta_source = params if params is not None and "rope_theta" in params else f.config
+    theta = float(f.get("rope_theta", (int, float), default=10_000.0, source=theta_source))
+    scaling = params if params is not None else f.get("rope_scaling", dict, default=None)
+    where = "rope_parameters" if params is not None else "rope_scaling"
+    if scaling is None:
+        return {"rope_theta": theta}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return {"rope_theta": theta}
+    if kind not in ("linear", "llama3"):
+        f.fail(where, f"rope type {kind!r} is not supported (supported: default, linear, llama3)")
+    out = {"type": kind, "factor": f.get("factor", (int, float), source=scaling)}
+    if kind == "llama3":
+        for key in ("low_freq_factor", "high_freq_factor"):
+            out[key] = f.get(key, (int, float), source=scaling)
+        out["original_max_position_embeddings"] = f.get("original_max_position_embeddings", int,
+                                                        source=scaling)
+    return {"rope_theta": theta, "rope_scaling": out}
+
+
+def _reader(architectures: tuple[str, ...]):
+    def wrap(fn: Callable[[_Fields], dict[str, Any]]):
+        fn.architectures = architectures
+        return fn
+    return wrap
+
+
+@_reader(("LlamaForCausalLM",))
+def _llama(f: _Fields) -> dict[str, Any]:
+    if f.get("attention_bias", bool, default=False):
+        f.fail("attention_bias", "Llama attention biases (q, k, v and o) are not supported")
+    return _llama_keys(f)
+
+
+@_reader(("MistralForCausalLM",))
+def _mistral(f: _Fields) -> dict[str, Any]:
+    return {**_llama_keys(f), "sliding_window": f.get("sliding_window", int, default=None)}
+
+
+@_reader(("Qwen2ForCausalLM",))
+def _qwen2(f: _Fields) -> dict[str, Any]:
+    keys = {**_llama_keys(f), "attention_bias": True}  # Qwen2: q, k, v biases; o has none
+    if f.get("use_sliding_window", bool, default=False):
+        layers = keys["num_layers"]
+        if f.get("max_window_layers", int, default=layers) < layers:
+            f.fail("max_window_layers", "a per-layer sliding-window pattern is not supported")
+    return keys
+
+
+@_reader(("OPTForCausalLM",))
+def _opt(f: _Fields) -> dict[str, Any]:
+    """OPT: LayerNorm before each block (eps 1e-5, torch's default), learned positions, ReLU."""
+    hidden, heads = f.get("hidden_size", int), f.get("num_attention_heads", int)
+    for key, want in (("activation_function", "relu"), ("do_layer_norm_before", True),
+                      ("word_embed_proj_dim", hidden), ("enable_bias", True),
+                      ("layer_norm_elementwise_affine", True)):
+        if f.config.get(key, want) != want:
+            f.fail(key, f"{f.config[key]!r} is not supported (pagebench's OPT has {want!r})")
+    return {
+        "architecture": "opt", "mlp": "relu", "num_layers": f.get("num_hidden_layers", int),
+        "hidden_size": hidden, "num_heads": heads, "num_kv_heads": heads, "head_dim": hidden // heads,
+        "intermediate_size": f.get("ffn_dim", int), "vocab_size": f.get("vocab_size", int),
+        "max_context": f.get("max_position_embeddings", int), "norm_eps": 1e-5,
+        "tied_embeddings": f.get("tie_word_embeddings", bool, default=True), "dtype": _dtype(f),
+    }
+
+
+# model_type -> reader of its config.json
+FAMILIES = {"llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "opt": _opt}
