@@ -148,12 +148,12 @@ class LayerGroup:
         return kept * self.bytes_per_token
 
     def blocks_for(self, tokens: int, block_size: int) -> int:
-        """Blocks of ``block_size`` tokens the group's live tokens span at most: a window of
-        W tokens that starts mid-block spans ceil(W / b) + 1 blocks."""
+        """Blocks of ``block_size`` tokens the group's live tokens span at most: W tokens that
+        start mid-block span ceil((W - 1) / b) + 1 blocks (at most ceil(W / b) + 1)."""
         if self.kind == "linear":
             return 1
         if self.kind == "sliding" and tokens > self.window:
-            return min(math.ceil(tokens / block_size), math.ceil(self.window / block_size) + 1)
+            return min(math.ceil(tokens / block_size), math.ceil((self.window - 1) / block_size) + 1)
         return math.ceil(tokens / block_size)
 
     def to_json(self) -> dict[str, Any]:
