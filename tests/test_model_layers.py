@@ -115,3 +115,12 @@ def test_bad_layer_keys_are_one_line_errors(overrides, key):
     with pytest.raises(ConfigError) as err:
         model("mistral-7b", **overrides)
     assert str(err.value).startswith(key + ":") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("overrides,key", [({"kv_dtype": "fp8"}, "model.kv_dtype"),
+                                           ({"architecture": "qwen3"}, "model.architecture")])
+def test_the_torch_executor_refuses_what_it_does_not_build(overrides, key):
+    from harness.engine.model import DecoderModel
+
+    with pytest.raises(ConfigError, match=f"^{key}: the torch executor builds llama, opt"):
+        DecoderModel(model("tiny", **overrides))
