@@ -208,11 +208,15 @@ class ModelSpec:
     # (full, sliding, linear; null = all full, or all sliding with sliding_window), MLA
     # ranks, experts, linear-attention dimensions, and the KV cache's dtype (null = dtype).
     kv_dtype: str | None = None
-    layer_pattern: list | None = None
+    layer_pattern: tuple[str, ...] | None = None  # a YAML list, kept as a tuple (hashable)
     mla: MlaSpec | None = None
     moe: MoeSpec | None = None
     linear_attention: LinearAttentionSpec | None = None
     attention_output_gate: bool = False  # q_proj also emits a per-head output gate (Qwen3-Next)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.layer_pattern, list):
+            object.__setattr__(self, "layer_pattern", tuple(self.layer_pattern))
 
     def validate(self, where: str) -> None:
         _require_str(self, where, "name")
