@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from harness.errors import ConfigError, did_you_mean
+from harness.model_layers import (LayerGroup, LinearAttentionSpec, MlaSpec, MoeSpec,
+                                  attention_kv_values, layer_groups, layer_params, validate_layers)
 
 GIB = 1024**3
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# KV cache dtypes (model.kv_dtype): the weights' dtypes and FP8 (e4m3 / e5m2, one byte)
+KV_DTYPE_BYTES = {**DTYPE_BYTES, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 # The most KV slots a run may have: slot numbers (and block ids) are int32 in the block
 # tables, slot mappings and kernels, and the block pool keeps per-block state in host
 # memory. 2**31 slots is ~2 Gi tokens of KV: 1 TiB even for model=tiny (512 bytes a token),
@@ -168,7 +172,11 @@ ROPE_SCALING_TYPES = ("linear", "llama3")
 # What the torch executor builds for ``architecture`` (harness/engine/model.py):
 # llama: RMSNorm, rotary positions, SwiGLU (mlp: gated) -- also Mistral and Qwen2;
 # opt: LayerNorm, learned positions, ReLU MLP, biases on every projection.
-ARCHITECTURES = ("llama", "opt")
+# The other layouts are sized (weights, KV, FLOPs) for the simulator; the torch executor
+# refuses them (harness/engine/model.py).
+TORCH_ARCHITECTURES = ("llama", "opt")
+ARCHITECTURES = (*TORCH_ARCHITECTURES, "qwen3", "qwen3_moe", "qwen3_next", "gemma2", "gemma3",
+                 "deepseek_v3")
 
 
 @dataclass(frozen=True)
@@ -197,6 +205,19 @@ class ModelSpec:
     attention_bias: bool = False  # biases on the q, k, v projections (Qwen2)
     sliding_window: int | None = None  # each query sees its last N keys (Mistral); null = all
     path: str | None = None  # a local HF checkpoint directory (null = seeded random weights)
+    # Layer groups and their KV (harness/model_layers.py): the repeating kinds of the layers
+    # (full, sliding, linear; null = all full, or all sliding with sliding_window), MLA
+    # ranks, experts, linear-attention dimensions, and the KV cache's dtype (null = dtype).
+    kv_dtype: str | None = None
+    layer_pattern: tuple[str, ...] | None = None  # a YAML list, kept as a tuple (hashable)
+    mla: MlaSpec | None = None
+    moe: MoeSpec | None = None
+    linear_attention: LinearAttentionSpec | None = None
+    attention_output_gate: bool = False  # q_proj also emits a per-head output gate (Qwen3-Next)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.layer_pattern, list):
+            object.__setattr__(self, "layer_pattern", tuple(self.layer_pattern))
 
     def validate(self, where: str) -> None:
         _require_str(self, where, "name")
@@ -219,6 +240,17 @@ class ModelSpec:
         _require_int(self, where, "sliding_window", optional=True)
         _require(self.path is None or (isinstance(self.path, str) and self.path != ""),
                  f"{where}.path", f"must be a checkpoint directory or null, got {self.path!r}")
+        _require(self.kv_dtype is None or (isinstance(self.kv_dtype, str)
+                                           and self.kv_dtype in KV_DTYPE_BYTES), f"{where}.kv_dtype",
+                 f"must be one of {', '.join(KV_DTYPE_BYTES)} or null, got {self.kv_dtype!r}")
+        _require_bool(self, where, "attention_output_gate")
+        validate_layers(self, where)
+        if self.architecture in TORCH_ARCHITECTURES:  # what the torch executor builds has none
+            beyond = [k for k in ("mla", "moe", "linear_attention", "layer_pattern")
+                      if getattr(self, k) is not None] + ["attention_output_gate"] * self.attention_output_gate
+            _require(not beyond, f"{where}.{beyond[0] if beyond else ''}",
+                     f"architecture {self.architecture} has none: set the architecture of the layout "
+                     f"({', '.join(ARCHITECTURES[len(TORCH_ARCHITECTURES):])})")
 
     @property
     def layers(self) -> int:
@@ -229,22 +261,33 @@ class ModelSpec:
         return DTYPE_BYTES[self.dtype]
 
     @property
-    def bytes_per_slot(self) -> int:
-        """KV bytes of one token over all layers: 2 * layers * kv_heads * head_dim * dtype."""
-        return 2 * self.layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+    def kv_dtype_bytes(self) -> int:
+        return KV_DTYPE_BYTES[self.kv_dtype or self.dtype]
 
     @property
-    def params_per_layer(self) -> int:
-        attn = self.hidden_size * (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
-        attn += self.num_heads * self.head_dim * self.hidden_size
-        mats = 3 if self.mlp == "gated" else 2
-        return attn + mats * self.hidden_size * self.intermediate_size
+    def bytes_per_slot(self) -> int:
+        """KV bytes of one token over all layers as an engine without a hybrid manager
+        allocates it: every layer as full attention (2 * layers * kv_heads * head_dim *
+        kv dtype; an MLA layer its latent, (kv_lora_rank + qk_rope_head_dim) * kv dtype)."""
+        return self.layers * attention_kv_values(self) * self.kv_dtype_bytes
+
+    @property
+    def layer_groups(self) -> tuple[LayerGroup, ...]:
+        """The layers by kind with their KV bytes a token and lifetime (one group for a
+        uniform model, whose bytes_per_token is bytes_per_slot)."""
+        return layer_groups(self)
 
     @property
     def num_params(self) -> int:
-        """Weights: layers + input embedding + LM head (unless tied)."""
+        """Weights: layers (every expert) + input embedding + LM head (unless tied)."""
         embeddings = (1 if self.tied_embeddings else 2) * self.vocab_size * self.hidden_size
-        return self.layers * self.params_per_layer + embeddings
+        return layer_params(self) + embeddings
+
+    @property
+    def active_params(self) -> int:
+        """The weights a token is computed through: num_params with only the routed experts."""
+        embeddings = (1 if self.tied_embeddings else 2) * self.vocab_size * self.hidden_size
+        return layer_params(self, experts="active") + embeddings
 
     @property
     def weight_bytes(self) -> int:
@@ -443,8 +486,9 @@ class SystemSpec:
         return MANAGERS[self.kind].label(self)
 
 
-_NESTED = {("ModelSpec", "rope_scaling"): RopeScaling, ("EngineSpec", "cost"): CostSpec,
-           ("HardwareSpec", "fitted"): FittedCostSpec,
+_NESTED = {("ModelSpec", "rope_scaling"): RopeScaling, ("ModelSpec", "mla"): MlaSpec,
+           ("ModelSpec", "moe"): MoeSpec, ("ModelSpec", "linear_attention"): LinearAttentionSpec,
+           ("EngineSpec", "cost"): CostSpec, ("HardwareSpec", "fitted"): FittedCostSpec,
            ("HardwareSpec", "fitted_contiguous"): FittedCostSpec}
 
 

@@ -24,7 +24,7 @@ from harness.config import ModelSpec, build_spec, to_plain
 from harness.errors import ConfigError, InputError
 
 # keys a model=hf node may set beside path (the rest come from config.json)
-OVERRIDABLE = ("name", "dtype", "max_context", "num_layers_override")
+OVERRIDABLE = ("name", "dtype", "kv_dtype", "max_context", "num_layers_override")
 HF_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
 
 
@@ -86,14 +86,14 @@ def spec_keys(path: str) -> dict[str, Any]:
 class _Fields:
     """Typed reads of config.json's keys; a missing or mistyped key names file and field."""
 
-    def __init__(self, config: Mapping[str, Any], file: str) -> None:
-        self.config, self.file = config, file
+    def __init__(self, config: Mapping[str, Any], file: str, prefix: str = "") -> None:
+        self.config, self.file, self.prefix = config, file, prefix
 
     def get(self, key: str, kind: type | tuple, *, default: Any = ..., source: Mapping | None = None):
         source = self.config if source is None else source
         if key not in source:
             if default is ...:
-                raise InputError("missing (the spec needs it)", path=self.file, field=key)
+                raise InputError("missing (the spec needs it)", path=self.file, field=self.prefix + key)
             return default
         value = source[key]
         if value is None and default is None:
@@ -101,11 +101,15 @@ class _Fields:
         numeric = kind in (int, float, (int, float))
         if not isinstance(value, kind) or (numeric and isinstance(value, bool)):
             raise InputError(f"must be {getattr(kind, '__name__', 'a number')}, got {value!r}",
-                             path=self.file, field=key)
+                             path=self.file, field=self.prefix + key)
         return value
 
     def fail(self, key: str, message: str):
-        raise InputError(message, path=self.file, field=key)
+        raise InputError(message, path=self.file, field=self.prefix + key)
+
+    def nested(self, key: str) -> "_Fields":
+        """The fields of a nested config (a multimodal model's text_config)."""
+        return _Fields(self.get(key, dict), self.file, f"{self.prefix}{key}.")
 
 
 def _llama_keys(f: _Fields) -> dict[str, Any]:
@@ -208,5 +212,14 @@ def _opt(f: _Fields) -> dict[str, Any]:
     }
 
 
-# model_type -> reader of its config.json
+# model_type -> reader of its config.json; the layer-group families live in hf_layers.py
 FAMILIES = {"llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "opt": _opt}
+
+
+def _register_layer_families() -> None:
+    from harness import hf_layers  # its readers build on _llama_keys
+
+    FAMILIES.update(hf_layers.FAMILIES)
+
+
+_register_layer_families()

@@ -72,7 +72,7 @@ def test_the_keys_of_each_option_are_those_hydra_composes(group, option):
     (["workload.input_column=x"], "workload.input_column: workload=docqa has no such key (it is a "
                                   "key of workload=sharegpt_lengths, table). Keys of workload=docqa: "),
     (["workload=chat", "workload.num_documents=3"], "workload=chat has no such key (it is a key of "
-                                                    "workload=docqa)"),
+                                                    "workload=docqa, longdoc)"),
     (["workload=chat", "workload.turn=3"], "workload.turn: unknown key. Did you mean 'turns'? Keys "
                                            "of workload=chat: "),
     (["workload=docqa,table", "workload.input_column=x"], "workload=docqa has no such key"),

@@ -62,7 +62,7 @@ class OperatorCostModel:
         peak_flops = hardware.peak_fp16_tflops * 1e12 * compute_eff
         bandwidth = hardware.hbm_bandwidth_gbps * 1e9 * bandwidth_eff
         bytes_per_slot = float(model.bytes_per_slot)
-        self.token_s = 2.0 * (model.num_params - model.vocab_size * model.hidden_size) / peak_flops
+        self.token_s = 2.0 * (model.active_params - model.vocab_size * model.hidden_size) / peak_flops
         self.weights_s = float(model.weight_bytes) / bandwidth
         self.prefill_pair_s = 4.0 * model.layers * model.num_heads * model.head_dim / peak_flops
         self.write_slot_s = bytes_per_slot / bandwidth

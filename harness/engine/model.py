@@ -32,8 +32,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from harness.config import ModelSpec
+from harness.config import TORCH_ARCHITECTURES, ModelSpec
 from harness.engine.rope import rotary_tables
+from harness.errors import ConfigError
 from harness.engine.weights import OPT_POSITION_OFFSET, LayerWeights, load_checkpoint, random_weights
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -49,6 +50,10 @@ class DecoderModel:
 
     def __init__(self, spec: ModelSpec, *, device: str | torch.device = "cpu", seed: int = 0,
                  batch_invariant: bool = False) -> None:
+        if spec.architecture not in TORCH_ARCHITECTURES or spec.kv_dtype not in (None, spec.dtype):
+            key = "architecture" if spec.architecture not in TORCH_ARCHITECTURES else "kv_dtype"
+            raise ConfigError(f"model.{key}: the torch executor builds {', '.join(TORCH_ARCHITECTURES)} "
+                              f"with KV in the weights' dtype, not {getattr(spec, key)} (engine=sim sizes it)")
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = TORCH_DTYPES[spec.dtype]

@@ -45,7 +45,7 @@ class RooflineCostModel:
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec,
                  swap_bandwidth_gbps: float = 25.0, layout: str = "paged") -> None:
-        self.flops_per_token = 2.0 * (model.num_params - model.vocab_size * model.hidden_size)
+        self.flops_per_token = 2.0 * (model.active_params - model.vocab_size * model.hidden_size)
         self.attention_flops_per_pair = 4.0 * model.layers * model.num_heads * model.head_dim
         self.weight_bytes = float(model.weight_bytes)
         self.bytes_per_slot = float(model.bytes_per_slot)
