@@ -3,24 +3,29 @@
 Hydra composes YAML; these frozen dataclasses are what the code uses. Each
 ``from_node`` rejects unknown keys and invalid values with a ``ConfigError``
 that names the key (``engine.max_num_seqs``) and says how to fix it.
+
+The specs live in their own modules (``harness.model_spec``, ``harness.hardware_spec``;
+the typed checks in ``harness.spec_checks``); this module keeps the engine and system
+specs, the run options and the capacity, and re-exports the rest.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from harness.errors import ConfigError, did_you_mean
+from harness.hardware_spec import CostSpec, FittedCostSpec, HardwareSpec
 from harness.model_layers import (LayerGroup, LinearAttentionSpec, MlaSpec, MoeSpec,
                                   attention_kv_values, layer_groups, layer_params, validate_layers)
+from harness.model_spec import (ARCHITECTURES, DTYPE_BYTES, KV_DTYPE_BYTES, ROPE_SCALING_TYPES,
+                                TORCH_ARCHITECTURES, ModelSpec, RopeScaling)
+from harness.spec_checks import (_NESTED, FRACTION, NON_NEGATIVE, POSITIVE, _field_default,
+                                 _is_int, _require, _require_bool, _require_int, _require_number,
+                                 _require_str, build_spec, to_plain)
 
 GIB = 1024**3
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-# KV cache dtypes (model.kv_dtype): the weights' dtypes and FP8 (e4m3 / e5m2, one byte)
-KV_DTYPE_BYTES = {**DTYPE_BYTES, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 # The most KV slots a run may have: slot numbers (and block ids) are int32 in the block
 # tables, slot mappings and kernels, and the block pool keeps per-block state in host
 # memory. 2**31 slots is ~2 Gi tokens of KV: 1 TiB even for model=tiny (512 bytes a token),
@@ -29,367 +34,17 @@ MAX_KV_SLOTS = 2**31
 # What the top-level ``run`` key may select (harness/__main__.py dispatches on it).
 RUN_MODES = ("serve", "study", "kernels")
 
-
-def to_plain(node: Any) -> Any:
-    """An OmegaConf node (or plain value) as plain dicts/lists."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(node, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(node, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    return node
-
-
-def build_spec(cls: type, node: Mapping[str, Any] | None, where: str, **extra: Any):
-    """Construct frozen dataclass ``cls`` from a mapping, rejecting unknown keys."""
-    data = dict(to_plain(node) or {})
-    data.update(extra)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise ConfigError(
-            f"{where}.{unknown[0]}: unknown key.{did_you_mean(unknown[0], names)} Valid keys "
-            f"for {where}: {', '.join(names)}"
-        )
-    nested = {f.name: f.type for f in dataclasses.fields(cls)}
-    for key, value in list(data.items()):
-        sub = _NESTED.get((cls.__name__, key))
-        if sub is not None and isinstance(value, Mapping):
-            data[key] = build_spec(sub, value, f"{where}.{key}")
-        elif sub is not None and not (value is None and _field_default(cls, key) is None):
-            raise ConfigError(f"{where}.{key}: must be a mapping of {sub.__name__} keys "
-                              f"({', '.join(f.name for f in dataclasses.fields(sub))}), got {value!r}")
-    missing = [f.name for f in dataclasses.fields(cls)
-               if f.name not in data and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
-    if missing:
-        raise ConfigError(f"{where}.{missing[0]}: missing value; set {where}.{missing[0]}=...")
-    del nested
-    obj = cls(**data)
-    obj.validate(where)
-    return obj
-
-
-def _field_default(cls: type, name: str) -> Any:
-    f = next(f for f in dataclasses.fields(cls) if f.name == name)
-    return f.default
-
-
-def _require(cond: bool, key: str, message: str) -> None:
-    if not cond:
-        raise ConfigError(f"{key}: {message}")
-
-
-# Typed checks for the validate methods. YAML and Hydra overrides parse true/false as
-# booleans, numbers as int/float and anything else (``no``, ``abc``) as a string, so each
-# key's type is checked before its range: a string never reaches a comparison (a
-# TypeError), a bool never passes for an integer (True == 1), and nan/inf (``1e400``,
-# ``inf``) never reach arithmetic.
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _require_bool(spec: Any, where: str, *keys: str, optional: bool = False,
-                  hint: str = "") -> None:
-    """Each key is true or false (or null when ``optional``); strings such as 'no' are refused."""
-    for key in keys:
-        value = getattr(spec, key)
-        if value is None and optional:
-            continue
-        _require(isinstance(value, bool), f"{where}.{key}",
-                 f"must be {'true, false or null' if optional else 'true or false'}{hint}, "
-                 f"got {value!r}")
-
-
-def _require_int(spec: Any, where: str, *keys: str, optional: bool = False,
-                 maximum: int | None = None, hint: str = "") -> None:
-    """Each key is a positive integer (not a bool), at most ``maximum`` (or null when ``optional``)."""
-    for key in keys:
-        value = getattr(spec, key)
-        if value is None and optional:
-            continue
-        _require(_is_int(value) and value > 0, f"{where}.{key}",
-                 f"must be a positive integer{' or null' if optional else ''}{hint}, got {value!r}")
-        if maximum is not None:
-            _require(value <= maximum, f"{where}.{key}",
-                     f"must be at most {maximum:,}{hint}, got {value:,}")
-
-
-# Ranges for _require_number: (what the message says, the test)
-NON_NEGATIVE = ("a number >= 0", lambda v: v >= 0)
-POSITIVE = ("a positive number", lambda v: v > 0)
-FRACTION = ("a number in (0, 1]", lambda v: 0 < v <= 1)
-
-
-def _require_number(spec: Any, where: str, *keys: str, rule: tuple = NON_NEGATIVE,
-                    optional: bool = False, hint: str = "") -> None:
-    """Each key is a finite int or float (not a bool, not a string) within ``rule``."""
-    what, ok = rule
-    for key in keys:
-        value = getattr(spec, key)
-        if value is None and optional:
-            continue
-        must = f"must be {what}{' or null' if optional else ''}{hint}"
-        _require(isinstance(value, (int, float)) and not isinstance(value, bool),
-                 f"{where}.{key}", f"{must}, got {value!r}")
-        _require(math.isfinite(value), f"{where}.{key}", f"{must}; got {value!r}, which is not finite")
-        _require(ok(value), f"{where}.{key}", f"{must}, got {value!r}")
-
-
-def _require_str(spec: Any, where: str, *keys: str) -> None:
-    for key in keys:
-        value = getattr(spec, key)
-        _require(isinstance(value, str) and value != "", f"{where}.{key}",
-                 f"must be a non-empty string, got {value!r}")
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """config.json's ``rope_scaling``: ``linear`` (positions / factor) or ``llama3``
-    (Llama-3.1: long wavelengths / factor, short ones kept, a smooth blend between)."""
-
-    type: str
-    factor: float
-    low_freq_factor: float | None = None  # llama3
-    high_freq_factor: float | None = None  # llama3
-    original_max_position_embeddings: int | None = None  # llama3
-
-    def validate(self, where: str) -> None:
-        _require(self.type in ROPE_SCALING_TYPES, f"{where}.type",
-                 f"must be one of {', '.join(ROPE_SCALING_TYPES)}, got {self.type!r}")
-        _require_number(self, where, "factor", rule=POSITIVE)
-        if self.type == "llama3":
-            _require_number(self, where, "low_freq_factor", "high_freq_factor", rule=POSITIVE)
-            _require(self.high_freq_factor > self.low_freq_factor, f"{where}.high_freq_factor",
-                     "must be above low_freq_factor")
-            _require_int(self, where, "original_max_position_embeddings")
-
-
-ROPE_SCALING_TYPES = ("linear", "llama3")
-# What the torch executor builds for ``architecture`` (harness/engine/model.py):
-# llama: RMSNorm, rotary positions, SwiGLU (mlp: gated) -- also Mistral and Qwen2;
-# opt: LayerNorm, learned positions, ReLU MLP, biases on every projection.
-# The other layouts are sized (weights, KV, FLOPs) for the simulator; the torch executor
-# refuses them (harness/engine/model.py).
-TORCH_ARCHITECTURES = ("llama", "opt")
-ARCHITECTURES = (*TORCH_ARCHITECTURES, "qwen3", "qwen3_moe", "qwen3_next", "gemma2", "gemma3",
-                 "deepseek_v3")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A decoder-only transformer's published dimensions and the architecture the torch
-    executor builds for it (``path``: a local Hugging Face checkpoint with its weights;
-    ``harness.hf_config`` builds the spec from its config.json)."""
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    max_context: int
-    mlp: str = "gated"
-    dtype: str = "float16"
-    tied_embeddings: bool = False
-    num_layers_override: int | None = None
-    architecture: str = "llama"
-    rope_theta: float = 10_000.0
-    rope_scaling: RopeScaling | None = None
-    norm_eps: float = 1e-5
-    attention_bias: bool = False  # biases on the q, k, v projections (Qwen2)
-    sliding_window: int | None = None  # each query sees its last N keys (Mistral); null = all
-    path: str | None = None  # a local HF checkpoint directory (null = seeded random weights)
-    # Layer groups and their KV (harness/model_layers.py): the repeating kinds of the layers
-    # (full, sliding, linear; null = all full, or all sliding with sliding_window), MLA
-    # ranks, experts, linear-attention dimensions, and the KV cache's dtype (null = dtype).
-    kv_dtype: str | None = None
-    layer_pattern: tuple[str, ...] | None = None  # a YAML list, kept as a tuple (hashable)
-    mla: MlaSpec | None = None
-    moe: MoeSpec | None = None
-    linear_attention: LinearAttentionSpec | None = None
-    attention_output_gate: bool = False  # q_proj also emits a per-head output gate (Qwen3-Next)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.layer_pattern, list):
-            object.__setattr__(self, "layer_pattern", tuple(self.layer_pattern))
-
-    def validate(self, where: str) -> None:
-        _require_str(self, where, "name")
-        _require_int(self, where, "num_layers", "hidden_size", "num_heads", "num_kv_heads",
-                     "head_dim", "intermediate_size", "vocab_size", "max_context")
-        _require(self.num_heads % self.num_kv_heads == 0, f"{where}.num_kv_heads",
-                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads")
-        _require(self.mlp in ("gated", "gelu", "relu"), f"{where}.mlp",
-                 "must be 'gated', 'gelu' or 'relu'")
-        _require(isinstance(self.dtype, str) and self.dtype in DTYPE_BYTES, f"{where}.dtype",
-                 f"must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
-        _require_bool(self, where, "tied_embeddings")
-        _require_int(self, where, "num_layers_override", optional=True)
-        _require(self.architecture in ARCHITECTURES, f"{where}.architecture",
-                 f"must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
-        _require(self.architecture != "opt" or self.mlp == "relu", f"{where}.mlp",
-                 "architecture opt has a ReLU MLP: set mlp: relu")
-        _require_number(self, where, "rope_theta", "norm_eps", rule=POSITIVE)
-        _require_bool(self, where, "attention_bias")
-        _require_int(self, where, "sliding_window", optional=True)
-        _require(self.path is None or (isinstance(self.path, str) and self.path != ""),
-                 f"{where}.path", f"must be a checkpoint directory or null, got {self.path!r}")
-        _require(self.kv_dtype is None or (isinstance(self.kv_dtype, str)
-                                           and self.kv_dtype in KV_DTYPE_BYTES), f"{where}.kv_dtype",
-                 f"must be one of {', '.join(KV_DTYPE_BYTES)} or null, got {self.kv_dtype!r}")
-        _require_bool(self, where, "attention_output_gate")
-        validate_layers(self, where)
-        if self.architecture in TORCH_ARCHITECTURES:  # what the torch executor builds has none
-            beyond = [k for k in ("mla", "moe", "linear_attention", "layer_pattern")
-                      if getattr(self, k) is not None] + ["attention_output_gate"] * self.attention_output_gate
-            _require(not beyond, f"{where}.{beyond[0] if beyond else ''}",
-                     f"architecture {self.architecture} has none: set the architecture of the layout "
-                     f"({', '.join(ARCHITECTURES[len(TORCH_ARCHITECTURES):])})")
-
-    @property
-    def layers(self) -> int:
-        return self.num_layers_override or self.num_layers
-
-    @property
-    def dtype_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
-
-    @property
-    def kv_dtype_bytes(self) -> int:
-        return KV_DTYPE_BYTES[self.kv_dtype or self.dtype]
-
-    @property
-    def bytes_per_slot(self) -> int:
-        """KV bytes of one token over all layers as an engine without a hybrid manager
-        allocates it: every layer as full attention (2 * layers * kv_heads * head_dim *
-        kv dtype; an MLA layer its latent, (kv_lora_rank + qk_rope_head_dim) * kv dtype)."""
-        return self.layers * attention_kv_values(self) * self.kv_dtype_bytes
-
-    @property
-    def layer_groups(self) -> tuple[LayerGroup, ...]:
-        """The layers by kind with their KV bytes a token and lifetime (one group for a
-        uniform model, whose bytes_per_token is bytes_per_slot)."""
-        return layer_groups(self)
-
-    @property
-    def num_params(self) -> int:
-        """Weights: layers (every expert) + input embedding + LM head (unless tied)."""
-        embeddings = (1 if self.tied_embeddings else 2) * self.vocab_size * self.hidden_size
-        return layer_params(self) + embeddings
-
-    @property
-    def active_params(self) -> int:
-        """The weights a token is computed through: num_params with only the routed experts."""
-        embeddings = (1 if self.tied_embeddings else 2) * self.vocab_size * self.hidden_size
-        return layer_params(self, experts="active") + embeddings
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
-
-
-@dataclass(frozen=True)
-class FittedCostSpec:
-    """Step-time coefficients fitted to measured torch runs (``python -m harness.calibrate``).
-
-    Step time = step_overhead_s + max(per_token_s * tokens, linear_floor_s)
-    + per_attention_pair_s * pairs
-    + per_kv_read_slot_s * cached slots read + per_seq_s * sequences
-    + per_prefill_chunk_s * prefill chunks (+ copies and swaps as in the roofline).
-    Used for the model it was measured on (name, layers, dtype); other models get the
-    roofline with the derived ``compute_efficiency`` / ``bandwidth_efficiency``.
-    """
-
-    model: str
-    num_layers: int
-    dtype: str
-    step_overhead_s: float
-    per_token_s: float
-    per_attention_pair_s: float
-    per_kv_read_slot_s: float
-    per_seq_s: float
-    per_prefill_chunk_s: float = 0.0
-    # the linear layers' roofline floor: max(per_token_s * tokens, linear_floor_s) (the
-    # weights' read time; 0 = a plain linear term, as in profiles fitted before it)
-    linear_floor_s: float = 0.0
-    compute_efficiency: float | None = None
-    bandwidth_efficiency: float | None = None
-    # The range measured: the largest batch, and the most KV a sequence held (context plus
-    # output). Steps beyond it are extrapolated (``harness.engine.fit_range``); None in
-    # profiles written before calibrate recorded it.
-    max_batch_size: int | None = None
-    max_context_len: int | None = None
-
-    def validate(self, where: str) -> None:
-        _require_str(self, where, "model")
-        _require_int(self, where, "num_layers")
-        _require_number(self, where, "step_overhead_s", "per_token_s", "per_attention_pair_s",
-                        "per_kv_read_slot_s", "per_seq_s", "per_prefill_chunk_s", "linear_floor_s")
-        _require_int(self, where, "max_batch_size", "max_context_len", optional=True)
-        _require_number(self, where, "compute_efficiency", "bandwidth_efficiency", rule=FRACTION,
-                        optional=True)
-        _require(isinstance(self.dtype, str) and self.dtype in DTYPE_BYTES, f"{where}.dtype",
-                 f"must be one of {', '.join(DTYPE_BYTES)}")
-
-    def applies_to(self, model: "ModelSpec") -> bool:
-        return (self.model == model.name and self.num_layers == model.layers
-                and self.dtype == model.dtype)
-
-
-@dataclass(frozen=True)
-class HardwareSpec:
-    """An accelerator's memory and peak rates (and, once calibrated, fitted step costs)."""
-
-    name: str
-    memory_gib: float
-    hbm_bandwidth_gbps: float
-    peak_fp16_tflops: float
-    fitted: FittedCostSpec | None = None
-    # the contiguous systems' own fit (python -m harness.calibrate fits each layout apart);
-    # None: ``fitted`` serves them too
-    fitted_contiguous: FittedCostSpec | None = None
-    # The decode-attention kernel profile (conf/kernel_profile/<name>.yaml) the operator
-    # cost model uses when engine.cost.kernel_profile is null.
-    kernel_profile: str = "ideal"
-
-    def validate(self, where: str) -> None:
-        _require_str(self, where, "name", "kernel_profile")
-        _require_number(self, where, "memory_gib", "hbm_bandwidth_gbps", "peak_fp16_tflops",
-                        rule=POSITIVE)
-
-
-@dataclass(frozen=True)
-class CostSpec:
-    """The sim executor's cost model: ``roofline`` (one max over the step) or ``operator``
-    (per-operator terms, ``harness.engine.cost_operator``), and their parameters."""
-
-    compute_efficiency: float = 0.6
-    bandwidth_efficiency: float = 0.8
-    step_overhead_s: float = 0.002  # roofline only (the operator model has the host profile)
-    model: str = "operator"
-    # operator only: conf/kernel_profile/<name>.yaml (null = the hardware's kernel_profile)
-    # and conf/host_profile/<name>.yaml, or paths to such files
-    kernel_profile: str | None = None
-    host_profile: str = "vidur_a100_llama2_7b_tp1"
-    # the kernel_results.json a ``source: kernel_results`` profile reads (null = its own path)
-    kernel_results: str | None = None
-
-    def validate(self, where: str) -> None:
-        _require(self.model in ("roofline", "operator"), f"{where}.model",
-                 f"must be roofline or operator, got {self.model!r}")
-        _require_number(self, where, "compute_efficiency", "bandwidth_efficiency", rule=FRACTION)
-        _require_number(self, where, "step_overhead_s")
-        for key in ("kernel_profile", "kernel_results"):
-            value = getattr(self, key)
-            _require(value is None or (isinstance(value, str) and value != ""), f"{where}.{key}",
-                     f"must be a name, a path or null, got {value!r}")
-        _require_str(self, where, "host_profile")
+# What this module offers: its own specs and checks, and (re-exported, so that imports
+# from harness.config keep working) the specs and checks of the modules above.
+__all__ = ["ARCHITECTURES", "DTYPE_BYTES", "FRACTION", "GIB", "KV_DTYPE_BYTES", "MAX_KV_SLOTS",
+           "NON_NEGATIVE", "POSITIVE", "ROPE_SCALING_TYPES", "RUN_MODES", "SYSTEM_NAME",
+           "TORCH_ARCHITECTURES", "ConfigError", "CostSpec", "EngineSpec", "FittedCostSpec",
+           "HardwareSpec", "LayerGroup", "LinearAttentionSpec", "MlaSpec", "ModelSpec", "MoeSpec",
+           "RopeScaling", "SystemSpec", "_NESTED", "_field_default", "_is_int", "_require",
+           "_require_bool", "_require_int", "_require_number", "_require_str", "_uses_block_size",
+           "_with_options", "attention_kv_values", "build_spec", "check_run_options",
+           "did_you_mean", "kv_capacity_slots", "layer_groups", "layer_params", "select_systems",
+           "to_plain", "validate_block_size", "validate_layers", "wants_report"]
 
 
 @dataclass(frozen=True)
@@ -486,10 +141,7 @@ class SystemSpec:
         return MANAGERS[self.kind].label(self)
 
 
-_NESTED = {("ModelSpec", "rope_scaling"): RopeScaling, ("ModelSpec", "mla"): MlaSpec,
-           ("ModelSpec", "moe"): MoeSpec, ("ModelSpec", "linear_attention"): LinearAttentionSpec,
-           ("EngineSpec", "cost"): CostSpec, ("HardwareSpec", "fitted"): FittedCostSpec,
-           ("HardwareSpec", "fitted_contiguous"): FittedCostSpec}
+_NESTED[("EngineSpec", "cost")] = CostSpec
 
 
 def check_run_options(cfg: Mapping[str, Any]) -> None:
