@@ -272,6 +272,7 @@ def _spec_fields(group: str, tree: dict, path: list[str]) -> set[str]:
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
     if group == "allocator":
         fields.discard("name")  # the system's name is its key in the catalog
+        fields.discard("options")  # select_systems fills it from the manager's declared keys
     return fields
 
 
