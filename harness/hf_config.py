@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from harness.config import ModelSpec, build_spec, to_plain
 from harness.errors import ConfigError, InputError
+from harness.hf_fields import Fields, dtype_of, llama_keys, reader
+from harness.hf_layers import FAMILIES as LAYER_FAMILIES
 
 # keys a model=hf node may set beside path (the rest come from config.json)
 OVERRIDABLE = ("name", "dtype", "kv_dtype", "max_context", "num_layers_override")
-HF_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
 
 
 def load_model_spec(node: Any, where: str = "model") -> ModelSpec:
@@ -68,7 +69,7 @@ def spec_keys(path: str) -> dict[str, Any]:
         raise InputError(f"not a readable JSON file ({exc})", path=str(file)) from None
     if not isinstance(config, dict):
         raise InputError("must hold a JSON object", path=str(file))
-    fields = _Fields(config, str(file))
+    fields = Fields(config, str(file))
     model_type = fields.get("model_type", str)
     reader = FAMILIES.get(model_type)
     if reader is None:
@@ -83,110 +84,21 @@ def spec_keys(path: str) -> dict[str, Any]:
     return keys
 
 
-class _Fields:
-    """Typed reads of config.json's keys; a missing or mistyped key names file and field."""
-
-    def __init__(self, config: Mapping[str, Any], file: str, prefix: str = "") -> None:
-        self.config, self.file, self.prefix = config, file, prefix
-
-    def get(self, key: str, kind: type | tuple, *, default: Any = ..., source: Mapping | None = None):
-        source = self.config if source is None else source
-        if key not in source:
-            if default is ...:
-                raise InputError("missing (the spec needs it)", path=self.file, field=self.prefix + key)
-            return default
-        value = source[key]
-        if value is None and default is None:
-            return None
-        numeric = kind in (int, float, (int, float))
-        if not isinstance(value, kind) or (numeric and isinstance(value, bool)):
-            raise InputError(f"must be {getattr(kind, '__name__', 'a number')}, got {value!r}",
-                             path=self.file, field=self.prefix + key)
-        return value
-
-    def fail(self, key: str, message: str):
-        raise InputError(message, path=self.file, field=self.prefix + key)
-
-    def nested(self, key: str) -> "_Fields":
-        """The fields of a nested config (a multimodal model's text_config)."""
-        return _Fields(self.get(key, dict), self.file, f"{self.prefix}{key}.")
-
-
-def _llama_keys(f: _Fields) -> dict[str, Any]:
-    """The keys every family of the Llama layout shares (Llama, Mistral, Qwen2)."""
-    heads = f.get("num_attention_heads", int)
-    hidden = f.get("hidden_size", int)
-    act = f.get("hidden_act", str)
-    if act != "silu":
-        f.fail("hidden_act", f"{act!r} is not supported (the gated MLP is SwiGLU: silu)")
-    if f.get("mlp_bias", bool, default=False):
-        f.fail("mlp_bias", "MLP biases are not supported")
-    head_dim = f.get("head_dim", int, default=None) or hidden // heads
-    return {
-        "architecture": "llama", "mlp": "gated",
-        "num_layers": f.get("num_hidden_layers", int), "hidden_size": hidden,
-        "num_heads": heads, "num_kv_heads": f.get("num_key_value_heads", int, default=heads),
-        "head_dim": head_dim, "intermediate_size": f.get("intermediate_size", int),
-        "vocab_size": f.get("vocab_size", int), "max_context": f.get("max_position_embeddings", int),
-        "norm_eps": float(f.get("rms_norm_eps", (int, float))),
-        "tied_embeddings": f.get("tie_word_embeddings", bool, default=False),
-        "dtype": _dtype(f), **_rope(f),
-    }
-
-
-def _dtype(f: _Fields) -> str:
-    key = "torch_dtype" if "torch_dtype" in f.config else "dtype"  # transformers >= 5 writes dtype
-    value = f.get(key, str)
-    if value not in HF_DTYPES:
-        f.fail(key, f"{value!r} is not supported (supported: {', '.join(HF_DTYPES)})")
-    return HF_DTYPES[value]
-
-
-def _rope(f: _Fields) -> dict[str, Any]:
-    """rope_theta and rope_scaling (transformers >= 5 nests both in rope_parameters)."""
-    params = f.get("rope_parameters", dict, default=None)
-    theta_source = params if params is not None and "rope_theta" in params else f.config
-    theta = float(f.get("rope_theta", (int, float), default=10_000.0, source=theta_source))
-    scaling = params if params is not None else f.get("rope_scaling", dict, default=None)
-    where = "rope_parameters" if params is not None else "rope_scaling"
-    if scaling is None:
-        return {"rope_theta": theta}
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind == "default":
-        return {"rope_theta": theta}
-    if kind not in ("linear", "llama3"):
-        f.fail(where, f"rope type {kind!r} is not supported (supported: default, linear, llama3)")
-    out = {"type": kind, "factor": f.get("factor", (int, float), source=scaling)}
-    if kind == "llama3":
-        for key in ("low_freq_factor", "high_freq_factor"):
-            out[key] = f.get(key, (int, float), source=scaling)
-        out["original_max_position_embeddings"] = f.get("original_max_position_embeddings", int,
-                                                        source=scaling)
-    return {"rope_theta": theta, "rope_scaling": out}
-
-
-def _reader(architectures: tuple[str, ...]):
-    def wrap(fn: Callable[[_Fields], dict[str, Any]]):
-        fn.architectures = architectures
-        return fn
-    return wrap
-
-
-@_reader(("LlamaForCausalLM",))
-def _llama(f: _Fields) -> dict[str, Any]:
+@reader(("LlamaForCausalLM",))
+def _llama(f: Fields) -> dict[str, Any]:
     if f.get("attention_bias", bool, default=False):
         f.fail("attention_bias", "Llama attention biases (q, k, v and o) are not supported")
-    return _llama_keys(f)
+    return llama_keys(f)
 
 
-@_reader(("MistralForCausalLM",))
-def _mistral(f: _Fields) -> dict[str, Any]:
-    return {**_llama_keys(f), "sliding_window": f.get("sliding_window", int, default=None)}
+@reader(("MistralForCausalLM",))
+def _mistral(f: Fields) -> dict[str, Any]:
+    return {**llama_keys(f), "sliding_window": f.get("sliding_window", int, default=None)}
 
 
-@_reader(("Qwen2ForCausalLM",))
-def _qwen2(f: _Fields) -> dict[str, Any]:
-    keys = {**_llama_keys(f), "attention_bias": True}  # Qwen2: q, k, v biases; o has none
+@reader(("Qwen2ForCausalLM",))
+def _qwen2(f: Fields) -> dict[str, Any]:
+    keys = {**llama_keys(f), "attention_bias": True}  # Qwen2: q, k, v biases; o has none
     if f.get("use_sliding_window", bool, default=False):
         layers = keys["num_layers"]
         if f.get("max_window_layers", int, default=layers) < layers:
@@ -194,8 +106,8 @@ def _qwen2(f: _Fields) -> dict[str, Any]:
     return keys
 
 
-@_reader(("OPTForCausalLM",))
-def _opt(f: _Fields) -> dict[str, Any]:
+@reader(("OPTForCausalLM",))
+def _opt(f: Fields) -> dict[str, Any]:
     """OPT: LayerNorm before each block (eps 1e-5, torch's default), learned positions, ReLU."""
     hidden, heads = f.get("hidden_size", int), f.get("num_attention_heads", int)
     for key, want in (("activation_function", "relu"), ("do_layer_norm_before", True),
@@ -208,18 +120,9 @@ def _opt(f: _Fields) -> dict[str, Any]:
         "hidden_size": hidden, "num_heads": heads, "num_kv_heads": heads, "head_dim": hidden // heads,
         "intermediate_size": f.get("ffn_dim", int), "vocab_size": f.get("vocab_size", int),
         "max_context": f.get("max_position_embeddings", int), "norm_eps": 1e-5,
-        "tied_embeddings": f.get("tie_word_embeddings", bool, default=True), "dtype": _dtype(f),
+        "tied_embeddings": f.get("tie_word_embeddings", bool, default=True), "dtype": dtype_of(f),
     }
 
 
 # model_type -> reader of its config.json; the layer-group families live in hf_layers.py
-FAMILIES = {"llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "opt": _opt}
-
-
-def _register_layer_families() -> None:
-    from harness import hf_layers  # its readers build on _llama_keys
-
-    FAMILIES.update(hf_layers.FAMILIES)
-
-
-_register_layer_families()
+FAMILIES = {"llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "opt": _opt, **LAYER_FAMILIES}

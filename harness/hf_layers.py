@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.hf_config import _dtype, _Fields, _llama_keys, _reader, _rope
+from harness.hf_fields import Fields, dtype_of, llama_keys, reader, rope_keys
 
 LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear"}
 
@@ -28,7 +28,7 @@ def shortest_period(kinds: list[str]) -> list[str]:
     return kinds
 
 
-def _layer_pattern(f: _Fields, layers: int, default: list[str]) -> list[str]:
+def _layer_pattern(f: Fields, layers: int, default: list[str]) -> list[str]:
     types = f.get("layer_types", list, default=None)
     if types is None:
         return default
@@ -41,7 +41,7 @@ def _layer_pattern(f: _Fields, layers: int, default: list[str]) -> list[str]:
     return shortest_period([LAYER_TYPES[t] for t in types])
 
 
-def _moe(f: _Fields, experts_key: str, *, shared: int = 0, dense_layers: int = 0) -> dict[str, Any]:
+def _moe(f: Fields, experts_key: str, *, shared: int = 0, dense_layers: int = 0) -> dict[str, Any]:
     if f.get("decoder_sparse_step", int, default=1) != 1 or f.get("moe_layer_freq", int, default=1) != 1:
         key = "decoder_sparse_step" if "decoder_sparse_step" in f.config else "moe_layer_freq"
         f.fail(key, "experts on every N-th layer only are not supported (1: every layer)")
@@ -52,29 +52,29 @@ def _moe(f: _Fields, experts_key: str, *, shared: int = 0, dense_layers: int = 0
             "shared_expert_intermediate_size": shared, "dense_layers": dense_layers}
 
 
-def _no_sliding(f: _Fields) -> None:
+def _no_sliding(f: Fields) -> None:
     if f.get("use_sliding_window", bool, default=False):
         f.fail("use_sliding_window", "a sliding window on Qwen3's bottom layers is not supported")
 
 
-@_reader(("Qwen3ForCausalLM",))
-def _qwen3(f: _Fields) -> dict[str, Any]:
-    keys = {**_llama_keys(f), "architecture": "qwen3"}
+@reader(("Qwen3ForCausalLM",))
+def _qwen3(f: Fields) -> dict[str, Any]:
+    keys = {**llama_keys(f), "architecture": "qwen3"}
     if f.get("attention_bias", bool, default=False):
         f.fail("attention_bias", "Qwen3 attention biases are not supported")
     _no_sliding(f)
     return keys
 
 
-@_reader(("Qwen3MoeForCausalLM",))
-def _qwen3_moe(f: _Fields) -> dict[str, Any]:
+@reader(("Qwen3MoeForCausalLM",))
+def _qwen3_moe(f: Fields) -> dict[str, Any]:
     keys = {**_qwen3(f), "architecture": "qwen3_moe"}
     return {**keys, "moe": _moe(f, "num_experts")}
 
 
-@_reader(("Qwen3NextForCausalLM",))
-def _qwen3_next(f: _Fields) -> dict[str, Any]:
-    keys = {**_llama_keys(f), "architecture": "qwen3_next", "attention_output_gate": True}
+@reader(("Qwen3NextForCausalLM",))
+def _qwen3_next(f: Fields) -> dict[str, Any]:
+    keys = {**llama_keys(f), "architecture": "qwen3_next", "attention_output_gate": True}
     interval = f.get("full_attention_interval", int, default=4)  # Qwen3NextConfig's default
     pattern = _layer_pattern(f, keys["num_layers"], ["linear"] * (interval - 1) + ["full"])
     keys["layer_pattern"] = pattern
@@ -89,7 +89,7 @@ def _qwen3_next(f: _Fields) -> dict[str, Any]:
     return {**keys, "moe": _moe(f, "num_experts", shared=shared)}
 
 
-def _gemma_keys(f: _Fields, default_pattern: list[str]) -> dict[str, Any]:
+def _gemma_keys(f: Fields, default_pattern: list[str]) -> dict[str, Any]:
     """Gemma-2/3 text layers: GeGLU MLP, tied embeddings, local and global layers."""
     act = f.get("hidden_activation", str, default=None) or f.get("hidden_act", str)
     if act not in ("gelu_pytorch_tanh", "gelu"):
@@ -104,35 +104,35 @@ def _gemma_keys(f: _Fields, default_pattern: list[str]) -> dict[str, Any]:
         "norm_eps": float(f.get("rms_norm_eps", (int, float))),
         "tied_embeddings": f.get("tie_word_embeddings", bool, default=True),
         "sliding_window": f.get("sliding_window", int),
-        "layer_pattern": _layer_pattern(f, layers, default_pattern), **_rope(f),
+        "layer_pattern": _layer_pattern(f, layers, default_pattern), **rope_keys(f),
     }
 
 
-@_reader(("Gemma2ForCausalLM",))
-def _gemma2(f: _Fields) -> dict[str, Any]:
+@reader(("Gemma2ForCausalLM",))
+def _gemma2(f: Fields) -> dict[str, Any]:
     # transformers' Gemma2Config: layer i is local where (i + 1) % 2, local first
-    return {**_gemma_keys(f, ["sliding", "full"]), "architecture": "gemma2", "dtype": _dtype(f)}
+    return {**_gemma_keys(f, ["sliding", "full"]), "architecture": "gemma2", "dtype": dtype_of(f)}
 
 
-def _gemma3_keys(text: _Fields) -> dict[str, Any]:
+def _gemma3_keys(text: Fields) -> dict[str, Any]:
     # transformers' Gemma3TextConfig: layer i is global where (i + 1) % pattern == 0
     period = text.get("sliding_window_pattern", int, default=6)
     return {**_gemma_keys(text, ["sliding"] * (period - 1) + ["full"]), "architecture": "gemma3"}
 
 
-@_reader(("Gemma3ForCausalLM",))
-def _gemma3_text(f: _Fields) -> dict[str, Any]:
-    return {**_gemma3_keys(f), "dtype": _dtype(f)}
+@reader(("Gemma3ForCausalLM",))
+def _gemma3_text(f: Fields) -> dict[str, Any]:
+    return {**_gemma3_keys(f), "dtype": dtype_of(f)}
 
 
-@_reader(("Gemma3ForConditionalGeneration",))
-def _gemma3(f: _Fields) -> dict[str, Any]:
+@reader(("Gemma3ForConditionalGeneration",))
+def _gemma3(f: Fields) -> dict[str, Any]:
     """A multimodal Gemma-3: its text_config's layers (the vision tower is not counted)."""
-    return {**_gemma3_keys(f.nested("text_config")), "dtype": _dtype(f)}
+    return {**_gemma3_keys(f.nested("text_config")), "dtype": dtype_of(f)}
 
 
-@_reader(("DeepseekV3ForCausalLM",))
-def _deepseek_v3(f: _Fields) -> dict[str, Any]:
+@reader(("DeepseekV3ForCausalLM",))
+def _deepseek_v3(f: Fields) -> dict[str, Any]:
     """MLA and experts; rope_scaling (yarn) is not read: the simulator has no positions."""
     if f.get("hidden_act", str) != "silu":
         f.fail("hidden_act", "the gated MLP is SwiGLU: silu")
@@ -146,7 +146,7 @@ def _deepseek_v3(f: _Fields) -> dict[str, Any]:
         "intermediate_size": f.get("intermediate_size", int), "vocab_size": f.get("vocab_size", int),
         "max_context": f.get("max_position_embeddings", int),
         "norm_eps": float(f.get("rms_norm_eps", (int, float))),
-        "tied_embeddings": f.get("tie_word_embeddings", bool, default=False), "dtype": _dtype(f),
+        "tied_embeddings": f.get("tie_word_embeddings", bool, default=False), "dtype": dtype_of(f),
         "rope_theta": float(f.get("rope_theta", (int, float), default=10_000.0)),
         "mla": {"kv_lora_rank": f.get("kv_lora_rank", int), "qk_rope_head_dim": rope,
                 "qk_nope_head_dim": nope, "v_head_dim": f.get("v_head_dim", int),
