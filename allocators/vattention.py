@@ -11,7 +11,7 @@ manager hands out *page groups* (one page per buffer, ``2 * layers`` pages) of
 ``tokens_per_page`` slots, and counts pages as ``2 * layers`` per group. The pool is the
 KV memory's bytes cut into pages; its capacity in slots is what those pages hold.
 
-Accounting (GUIDE section 3), per layer and K/V alike: token states are the written
+Accounting (docs/memory.md), per layer and K/V alike: token states are the written
 tokens; the committed but unfilled part of a request's last page is reserved up to its
 final length and internal fragmentation beyond it; free pages are idle or external
 fragmentation like any free slot (any free page serves any request: physical memory has
