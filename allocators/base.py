@@ -41,7 +41,8 @@ class Capabilities:
     layout: how the executors address its KV: ``paged`` (``block_table`` of
     ``block_size``-slot blocks, ``num_blocks``/``num_cpu_blocks``) or ``contiguous``
     (``slot_range`` in a linear space of ``capacity_slots``/``num_cpu_slots``) or
-    ``none`` (no torch layout: the sim executor only).
+    ``none`` (no torch layout: the sim executor only). The class declares the same as
+    ``tensor_layout``, so a config is checked before any manager is built.
     batched_decode: ``append_decode(seq_ids, tokens, copies) -> done`` (``BatchedDecode``).
     bulk_decode: fast-forward's closed form for a span of decode steps: ``paged``
     (``PagedBulkDecode``), ``contiguous`` (``append_batch`` and a constant allocation),
@@ -50,6 +51,8 @@ class Capabilities:
     knows_final_len: the allocation policy reads ``final_len`` (oracle knowledge).
     maps_pages: it counts physical page mappings (``stats.mapped_pages`` /
     ``unmapped_pages``), which the scheduler puts into each step plan for the time model.
+    slot_copies: its copies (fork, copy-on-write) are slot pairs even under the paged
+    layout, and a forked member holds its own slots for the tokens of the chunk it joins.
     """
 
     layout: Literal["paged", "contiguous", "none"]
@@ -58,6 +61,7 @@ class Capabilities:
     prefix_cache: bool = False
     knows_final_len: bool = False
     maps_pages: bool = False
+    slot_copies: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,9 +242,13 @@ def register_manager(kind: str) -> Callable[[type], type]:
 
     The class provides ``from_system(system, capacity_slots, cpu_slots, max_model_len,
     model)`` (build it for a catalog entry), ``system_problem(system)`` (None, or
-    ``(key, problem)`` for a bad catalog entry) and ``label(system)`` (a short name).
+    ``(key, problem)`` for a bad catalog entry), ``label(system)`` (a short name) and
+    ``tensor_layout`` (its ``Capabilities.layout``, read before any manager is built).
     """
     def register(cls: type) -> type:
+        if getattr(cls, "tensor_layout", None) not in ("paged", "contiguous", "none"):
+            raise ValueError(f"manager {cls.__name__} must declare tensor_layout = 'paged', "
+                             "'contiguous' or 'none' (see Capabilities.layout)")
         if kind in MANAGERS and MANAGERS[kind] is not cls:
             raise ValueError(f"manager kind {kind!r} is registered twice "
                              f"({MANAGERS[kind].__name__} and {cls.__name__})")

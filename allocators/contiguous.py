@@ -49,6 +49,7 @@ class ContiguousKVCacheManager:
     """One reserved extent per sequence in ``capacity_slots`` slots."""
 
     options: tuple[str, ...] = ()  # no keys of its own beyond SystemSpec's
+    tensor_layout = "contiguous"
     uses_block_size = False  # takes the top-level block_size when its entry gives none
 
     @classmethod
@@ -97,7 +98,7 @@ class ContiguousKVCacheManager:
         self.arena = make_arena(arena, capacity_slots)
         self._cpu = FirstFitArena(num_cpu_slots) if num_cpu_slots else None
         self.stats = ManagerStats()
-        self.capabilities = Capabilities(layout="contiguous", batched_decode=True,
+        self.capabilities = Capabilities(layout=self.tensor_layout, batched_decode=True,
                                          bulk_decode="contiguous",
                                          knows_final_len=policy != "max")
         self._seqs: dict[int, _Res] = {}

@@ -53,7 +53,9 @@ class PagedKVCacheManager:
     """Block tables over a ``BlockPool`` of ``num_blocks`` blocks of ``block_size`` slots."""
 
     options: tuple[str, ...] = ()  # no keys of its own beyond SystemSpec's
-    uses_block_size = True  # takes the top-level block_size when its entry gives none
+    tensor_layout = "paged"
+    uses_block_size = True
+    tensor_layout = "paged"  # takes the top-level block_size when its entry gives none
 
     @classmethod
     def from_system(cls, system, capacity_slots: int, cpu_slots: int, max_model_len: int,
@@ -94,7 +96,7 @@ class PagedKVCacheManager:
         self.num_cpu_blocks = num_cpu_blocks
         self.pool = BlockPool(num_blocks)
         self.stats = ManagerStats()
-        self.capabilities = Capabilities(layout="paged", batched_decode=True, bulk_decode="paged",
+        self.capabilities = Capabilities(layout=self.tensor_layout, batched_decode=True, bulk_decode="paged",
                                          prefix_cache=self.enable_prefix_caching)
         self._seqs: dict[int, _Seq] = {}
         self._cpu_free: list[int] = list(range(num_cpu_blocks - 1, -1, -1))  # pop() -> lowest id

@@ -19,6 +19,9 @@ free but hold reusable KV (``cached_free_slots``, like the paged system's cached
 blocks). A sequence's last private page is reserved up to its final length and internal
 fragmentation beyond. Fork copies the parent's private tokens (the shared prefix stays
 shared through the tree); swap is not offered (the scheduler recomputes instead).
+
+Torch layout: paged, a page being a physical block of ``page_size`` slots (slot = page *
+page_size + offset; ``block_table`` lists a sequence's pages), with slot-pair copies.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class RadixKVCacheManager:
     """A radix tree of cached prefixes over ``num_pages`` pages of ``page_size`` slots."""
 
     options = ("page_size",)
+    tensor_layout = "paged"  # a page is a physical block of page_size slots
     uses_block_size = True
 
     @classmethod
@@ -99,7 +103,8 @@ class RadixKVCacheManager:
         self.name, self.page_size, self.num_pages = name, page_size, num_pages
         self.capacity_slots = num_pages * page_size
         self.stats = ManagerStats()
-        self.capabilities = Capabilities(layout="none", batched_decode=True, prefix_cache=True)
+        self.capabilities = Capabilities(layout=self.tensor_layout, batched_decode=True, prefix_cache=True,
+                                         slot_copies=True)
         self.root = _Node((), [], None)
         self.root.lock_ref = 1  # never evicted
         self._free = list(range(num_pages - 1, -1, -1))  # pop() -> lowest page
@@ -350,6 +355,22 @@ class RadixKVCacheManager:
 
     def swap_in(self, seq_id: int) -> list[tuple[int, int]] | None:
         raise ValueError(f"seq {seq_id} is not swapped out (radix never swaps)")
+
+    @property
+    def block_size(self) -> int:
+        """Slots per page: the torch executor's block of the paged layout."""
+        return self.page_size
+
+    @property
+    def num_blocks(self) -> int:
+        return self.num_pages
+
+    num_cpu_blocks = 0  # never swaps
+
+    def block_table(self, seq_id: int) -> list[int]:
+        """The sequence's pages in token order (its matched prefix, then its private pages)."""
+        s = self._get(seq_id)
+        return s.prefix_pages + s.private
 
     def slot_mapping(self, seq_id: int, start: int, end: int) -> list[int]:
         s = self._get(seq_id)

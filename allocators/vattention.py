@@ -49,6 +49,7 @@ class _Request:
 class VAttentionKVCacheManager:
     """Page groups of ``tokens_per_page`` slots over ``capacity_slots`` slots of KV memory."""
 
+    tensor_layout = "none"  # virtually contiguous per sequence: no torch layout here
     uses_block_size = False
     options = ("page_size", "keep_mapped", "async_mapping", "map_page_s", "unmap_page_s")
 
@@ -112,7 +113,7 @@ class VAttentionKVCacheManager:
         self.num_cpu_slots = num_cpu_slots
         self.keep_mapped = keep_mapped
         self.stats = ManagerStats()
-        self.capabilities = Capabilities(layout="none", batched_decode=True, maps_pages=True)
+        self.capabilities = Capabilities(layout=self.tensor_layout, batched_decode=True, maps_pages=True)
         self._unmapped = list(range(num_groups - 1, -1, -1))  # pop() -> lowest group id
         self._mapped: list[int] = []  # free groups still mapped (keep_mapped)
         self._cpu_free = list(range(num_cpu_slots - 1, -1, -1))

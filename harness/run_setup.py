@@ -70,6 +70,7 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     specs = select_systems(cfg["systems"] if systems is None else systems, cfg["allocator"],
                            block_size)
     check_systems_for_model(specs, model)
+    check_systems_for_engine(specs, engine)
     check_run_fits(parse_workload(cfg["workload"])[1])  # 10^9 requests: refused, not OOM-killed
     check_cost_profiles(engine, specs, model, hardware)  # the profile files, read and checked
     return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs)
@@ -82,6 +83,18 @@ def check_systems_for_model(systems: list[SystemSpec], model: ModelSpec) -> None
         problem = MANAGERS[system.kind].system_problem(system, model)
         if problem is not None:
             raise ConfigError(f"allocator.{system.name}.{problem[0]}: {problem[1]}")
+
+
+def check_systems_for_engine(systems: list[SystemSpec], engine: EngineSpec) -> None:
+    """engine=torch lays KV out as its managers declare: a system without a tensor layout
+    is refused here, before any system runs (the executor would refuse it only when built)."""
+    from allocators import MANAGERS
+    if engine.executor != "torch":
+        return
+    for system in systems:
+        if MANAGERS[system.kind].tensor_layout == "none":
+            raise ConfigError(f"systems: {system.name} ({system.kind}) has no KV tensor layout for "
+                              "engine=torch; run it with engine=sim or leave it out of systems")
 
 
 def check_block_sizes(systems: list[SystemSpec], capacity: int) -> None:

@@ -68,6 +68,9 @@ REFUSED = {
                           "+allocator={x/../../../escaped:{kind:contiguous,policy:max}}"],
                          "allocator.x/../../../escaped: system name 'x/../../../escaped' must "
                          "be a plain name (letters, digits, '_', '-', '.')"),
+    # engine=torch lays KV out as each manager declares: vattention has no tensor layout
+    "torch_vattention": (["engine=torch", "model=tiny", "systems=[paged,vattention]"],
+                         "systems: vattention (vattention) has no KV tensor layout for engine=torch"),
     # seeds: the serving run's check, also in studies
     "seed_float": (["seed=1.5"], "seed: must be a non-negative integer, got 1.5"),
     "study_seed_negative": ([*STUDY, "seed=-3"], "seed: must be a non-negative integer, got -3"),

@@ -13,7 +13,7 @@ the manager's capacity:
 Each ``execute(plan)``, in order:
 
 1. swap-outs, swap-ins (``kernels.cache_write.swap_blocks``), then copy-on-write / fork
-   copies (``copy_blocks``): paged pairs are blocks, contiguous pairs are slots;
+   copies (``copy_blocks``): paged pairs are blocks, contiguous (and radix) pairs are slots;
 2. host preparation: token ids, positions, slot mappings, decode block tables (or start
    offsets), prefill gather indices -- packed into ONE host-to-device copy;
 3. the forward pass: per layer, every new token's K/V is written through
@@ -102,6 +102,8 @@ class TorchExecutor:
             raise ConfigError(f"systems: {system.name} ({system.kind}) has no KV tensor layout "
                               "for the torch executor; run it with engine=sim")
         self.paged = manager.capabilities.layout == "paged"
+        # radix: slot-pair copies, and forked members write their own slots (as contiguous)
+        self.slot_copies = not self.paged or manager.capabilities.slot_copies
         layers, kv_heads, head_dim = self.model.num_layers, model_spec.num_kv_heads, model_spec.head_dim
         dtype = self.model.dtype
         if self.paged:
@@ -174,8 +176,11 @@ class TorchExecutor:
 
     def _copy(self, pairs: list[tuple[int, int]]) -> None:
         """Copies with sequential semantics, batched where no pair depends on another."""
-        caches = [c for layer in range(self.model.num_layers) for c in (self.k_caches[layer],
-                                                                     self.v_caches[layer])]
+        if self.slot_copies:  # [num_slots, kv_heads, head_dim] views: pairs are slots
+            caches = [c for k, v in self.kv_flat for c in (k, v)]
+        else:  # [num_blocks, block_size, kv_heads, head_dim]: pairs are blocks
+            caches = [c for layer in range(self.model.num_layers) for c in (self.k_caches[layer],
+                                                                         self.v_caches[layer])]
         batch: list[tuple[int, int]] = []
         srcs: set[int] = set()
         dsts: set[int] = set()
@@ -230,7 +235,8 @@ class TorchExecutor:
             device_s = ev_start.elapsed_time(ev_end) / 1e3
         duration = time.perf_counter() - wall_start
         unit = self.block_size
-        self.step_log.append(StepSample(*features, len(plan.copies) * unit,
+        copy_unit = 1 if self.slot_copies else unit
+        self.step_log.append(StepSample(*features, len(plan.copies) * copy_unit,
                                         (len(plan.swap_in) + len(plan.swap_out)) * unit,
                                         duration, host_prep, device_s, rows_uploaded,
                                         inputs is not None and inputs.graph_bucket is not None))
@@ -347,10 +353,11 @@ class TorchExecutor:
         """Forked members with their own slots (contiguous) also receive the chunk's K/V.
 
         NOTE: paged members share the parent's blocks at fork, so their slots are the
-        parent's and nothing extra is written. A contiguous fork's copies run before the
-        forward, when the parent's slots are not written yet, so the rows are written here.
+        parent's and nothing extra is written. A contiguous (or radix: its private pages)
+        fork's copies run before the forward, when the parent's slots are not written yet,
+        so the rows are written here.
         """
-        if self.paged or not chunk.members:
+        if not self.slot_copies or not chunk.members:
             return
         for member in chunk.members:
             extra_rows.extend(range(row, row + chunk.num_tokens))
