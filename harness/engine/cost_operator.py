@@ -115,20 +115,29 @@ class OperatorCostModel:
         """``decode_phases`` as (each step's seconds, each phase's column of ``span``
         values): the same numbers, from numpy when the profile is flat and the span long."""
         per_slot = self.read_slot_at_constant_s
-        if per_slot is None or span <= SCALAR_SPAN:
+        if per_slot is None:
             rows = self.decode_phases(sum_positions, num_seqs, span)
             return [step_seconds(row) for row in rows], [list(c) for c in zip(*rows)]
+        # NOTE: a flat profile: only the decode term varies along the span; every other
+        # phase is ``phases``' value for these integers, summed in ``step_seconds``' order
         linear = num_seqs * self.token_s
         if linear < self.weights_s:
             linear = self.weights_s
-        kv_read = (sum_positions + num_seqs * np.arange(span, dtype=np.int64)).astype(np.float64)
-        decode = (kv_read + num_seqs) * per_slot  # [span]; pairs = kv_read + num_seqs, exact
         prefill, write = 0 * self.prefill_pair_s, num_seqs * self.write_slot_s
         copy, swap = 0 * self.copy_slot_s, 0 * self.swap_slot_s
         host = self.host_step_s + self.host_seq_s * num_seqs
-        seconds = linear + prefill + decode + write + copy + swap + host
-        return seconds.tolist(), [[linear] * span, [prefill] * span, decode.tolist(),
-                                  [write] * span, [copy] * span, [swap] * span, [host] * span]
+        if span <= SCALAR_SPAN:  # Python floats: numpy's per-call cost outweighs the work
+            end = sum_positions + num_seqs * span
+            decode = [(kv_read + num_seqs) * per_slot
+                      for kv_read in range(sum_positions, end, num_seqs)]
+            seconds = [linear + prefill + d + write + copy + swap + host for d in decode]
+        else:
+            kv_read = (sum_positions + num_seqs * np.arange(span, dtype=np.int64)).astype(np.float64)
+            decode_array = (kv_read + num_seqs) * per_slot  # [span]; pairs = kv_read + num_seqs
+            seconds = (linear + prefill + decode_array + write + copy + swap + host).tolist()
+            decode = decode_array.tolist()
+        return seconds, [[linear] * span, [prefill] * span, decode, [write] * span,
+                         [copy] * span, [swap] * span, [host] * span]
 
     def range_report(self) -> dict | None:
         """The decode steps priced beyond the kernel profile's measured range, or None when
