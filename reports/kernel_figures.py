@@ -1,6 +1,6 @@
 """Figures of the kernel benchmark (``kernels.benchmark`` results) for the HTML report.
 
-``kernel_figures(results)`` returns three matplotlib Figures, one subplot per head config:
+``kernel_figures(results)`` returns three (matplotlib Figure, caption) pairs, one subplot per head config:
 
 1. decode latency vs context length (paged solid, contiguous dashed, SDPA dotted), at
    block size 16 (or the sweep's block size closest to it);

@@ -74,7 +74,7 @@ from reports.kernel_figures import kernel_figures
 out = Path(sys.argv[1])
 results = json.loads((out / "kernel_results.json").read_text())
 names = ["latency_vs_context", "bandwidth_vs_block_size", "paged_over_contiguous_vs_block_size"]
-for name, fig in zip(names, kernel_figures(results)):
+for name, (fig, _caption) in zip(names, kernel_figures(results)):
     fig.savefig(out / f"{name}.png", dpi=120)
 print("targets:", json.dumps(results.get("targets"), indent=1))
 EOF
