@@ -43,11 +43,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         if isinstance(exc, OSError) and not isinstance(exc, OutputError):
-            raise OutputError(f"{path}: cannot write it: {_why(exc, path)}") from None
+            raise OutputError(f"{path}: cannot write it: {write_error_reason(exc, path)}") from None
         raise
 
 
-def _why(exc: OSError, path: Path) -> str:  # (also used by results.set_aside_previous_run)
+def write_error_reason(exc: OSError, path: Path) -> str:
     """What an OSError writing ``path`` means, in words."""
     if exc.errno == errno.ENOSPC:
         return "no space left on the device (free some, or write elsewhere: hydra.run.dir=...)"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import OutputError
-from harness.fileio import STRICT_JSON, _why, atomic_write_bytes, launch_path, read_json
+from harness.fileio import STRICT_JSON, atomic_write_bytes, launch_path, read_json, write_error_reason
 
 if TYPE_CHECKING:  # pandas is imported lazily: the gate CLI does not need it
     import pandas as pd
@@ -154,7 +154,7 @@ def set_aside_previous_run(out_dir: Path) -> Path | None:
             os.replace(path, dest / path.name)
     except OSError as exc:
         raise OutputError(f"{dest}: cannot move the earlier run's outputs there: "
-                          f"{_why(exc, dest / 'x')}") from None
+                          f"{write_error_reason(exc, dest / 'x')}") from None
     return dest
 
 

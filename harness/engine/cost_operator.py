@@ -51,6 +51,8 @@ class OperatorCostModel:
     its layout (``paged`` or ``contiguous``) and block size select the decode kernel's
     efficiency curve."""
 
+    fit = None  # (a calibrated fit of the run's model prices with the roofline's fit instead)
+
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec, layout: str,
                  block_size: int | None, swap_bandwidth_gbps: float = 25.0) -> None:
         compute_eff, bandwidth_eff = cost.compute_efficiency, cost.bandwidth_efficiency

@@ -135,7 +135,7 @@ class SimExecutor:
         self.cost_model = cost_model
         self.copy_unit_slots = copy_unit_slots  # slots per copied unit (block size, or 1)
         self.page_map_s, self.page_unmap_s = page_map_s, page_unmap_s  # per page (vattention)
-        fit = getattr(cost_model, "fit", None)
+        fit = cost_model.fit
         self.fit_range = (FitRange(fit.max_batch_size, fit.max_context_len)
                           if fit is not None and fit.max_batch_size and fit.max_context_len
                           else None)
