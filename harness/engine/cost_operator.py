@@ -61,8 +61,8 @@ class OperatorCostModel:
         if fitted is not None:
             compute_eff = fitted.compute_efficiency or compute_eff
             bandwidth_eff = fitted.bandwidth_efficiency or bandwidth_eff
-        peak_flops = hardware.peak_fp16_tflops * 1e12 * compute_eff
-        bandwidth = hardware.hbm_bandwidth_gbps * 1e9 * bandwidth_eff
+        self.peak_flops = peak_flops = hardware.peak_fp16_tflops * 1e12 * compute_eff
+        self.bandwidth = bandwidth = hardware.hbm_bandwidth_gbps * 1e9 * bandwidth_eff
         bytes_per_slot = float(model.bytes_per_slot)
         self.token_s = 2.0 * (model.active_params - model.vocab_size * model.hidden_size) / peak_flops
         self.weights_s = float(model.weight_bytes) / bandwidth
