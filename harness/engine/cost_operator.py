@@ -24,6 +24,9 @@ after the other on the device's stream, then the host's work; nothing overlaps):
 
 ``bandwidth`` and ``peak`` are the hardware profile's spec-sheet figures; the efficiencies
 are ``engine.cost``'s (or a calibrated profile's derived ones, as in the roofline).
+
+This is the pricing of a model whose layers are all full attention; sliding-window, MLA
+and linear layers are priced by ``harness.engine.cost_layered.LayeredOperatorCostModel``.
 """
 
 from __future__ import annotations

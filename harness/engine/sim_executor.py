@@ -42,6 +42,7 @@ class RooflineCostModel:
     systems when present, written by ``python -m harness.calibrate``): for the model it
     was measured on, the step time is the fitted model of ``FittedCostSpec`` (plus copies at the effective bandwidth and swaps as above); for
     other models the roofline uses the fit's derived efficiencies instead of ``cost``'s.
+    Sliding-window, MLA and linear layers: ``harness.engine.cost_layered``.
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec,
