@@ -13,7 +13,7 @@ import pytest
 
 from engine_helpers import HARDWARE, MODEL, engine_spec, paged
 from harness.config import CostSpec
-from harness.engine.cost_layers import WindowSpan, layered_attention, plan_work, window_prefix
+from harness.engine.cost_layers import WORK, WindowSpan, layered_attention, plan_work, window_prefix
 from harness.engine.cost_operator import PHASES, OperatorCostModel
 from harness.engine.engine import run_engine
 from harness.engine.executors import make_cost_model, make_executor
@@ -154,9 +154,7 @@ def test_a_mixed_plan_counts_windowed_work_per_chunk():
     layers = layered_attention(SLIDING)  # W = 64
     plan = _decodes([10, 100])  # reads 11 and 64
     plan.add_chunk(ScheduledChunk(SimpleNamespace(num_tokens=200, generated=[], seq_id=5), 40, 140))
-    work = dict(zip(("prefill_pairs", "prefill_window", "prefill_seqs", "prefill_tokens",
-                     "decode_pairs", "decode_window", "decode_seqs", "window_read"),
-                    plan_work(plan, layers)))
+    work = dict(zip(WORK, plan_work(plan, layers)))
     assert work["prefill_pairs"] == sum(p + 1 for p in range(40, 140))
     assert work["prefill_window"] == sum(min(p + 1, 64) for p in range(40, 140))
     assert work["decode_pairs"] == 11 + 101 and work["decode_window"] == 11 + 64

@@ -59,7 +59,6 @@ class LayeredAttention:
     decode_pair_flops: float  # full / MLA layers, a decode's (query, key) pair
     window_pair_flops: float  # sliding layers, a (query, key) pair inside the window
     linear_token_flops: float  # linear layers, a computed token
-    decode_compute_bound: bool  # MLA: decode attention may be compute bound (see above)
 
     @property
     def kv_write_bytes(self) -> int:
@@ -129,8 +128,7 @@ def layered_attention(model: ModelSpec) -> LayeredAttention | None:
         prefill_pair_flops=context_layers * prefill_pair,
         decode_pair_flops=context_layers * decode_pair,
         window_pair_flops=(sliding.num_layers if sliding is not None else 0) * gqa_pair,
-        linear_token_flops=linear_token,
-        decode_compute_bound=mla is not None)
+        linear_token_flops=linear_token)
 
 
 def plan_work(plan, layers: LayeredAttention) -> tuple[int, ...]:
