@@ -185,3 +185,22 @@ def test_fast_forward_is_exact_on_layered_models(model, cost):
                                       check_exact=True)
         pd.testing.assert_frame_equal(slow.recorder.request_table(), fast.recorder.request_table(),
                                       check_exact=True)
+
+
+def test_prefill_attention_counts_windowed_and_mla_pairs():
+    # a 200-token prompt on SLIDING (W 64): brute-force pairs x 4 x 2 layers x 4 heads x 16
+    # FLOPs at 10 TFLOPS x 0.6
+    executor = _executor(SLIDING)
+    plan = StepPlan()
+    plan.add_chunk(ScheduledChunk(SimpleNamespace(num_tokens=201, generated=[], seq_id=1), 0, 200))
+    executor.execute(plan)
+    pairs = sum(min(p + 1, 64) for p in range(200))
+    assert executor.phase_rows[-1][PREFILL] == pytest.approx(pairs * 4 * 2 * 4 * 16 / 6e12, rel=1e-12)
+    # DeepSeek-V3 prefills unabsorbed: 2 x 128 heads x (128 + 64 + 128) FLOPs a pair and layer
+    deepseek = conf_model("deepseek-v3")
+    executor = _executor(deepseek, hardware=replace(HARDWARE, peak_fp16_tflops=989.0))
+    plan = StepPlan()
+    plan.add_chunk(ScheduledChunk(SimpleNamespace(num_tokens=1001, generated=[], seq_id=1), 0, 1000))
+    executor.execute(plan)
+    flops = 1000 * 1001 // 2 * 61 * 2 * 128 * (128 + 64 + 128)
+    assert executor.phase_rows[-1][PREFILL] == pytest.approx(flops / (989e12 * 0.6), rel=1e-12)
