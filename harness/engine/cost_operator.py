@@ -24,6 +24,9 @@ after the other on the device's stream, then the host's work; nothing overlaps):
 
 ``bandwidth`` and ``peak`` are the hardware profile's spec-sheet figures; the efficiencies
 are ``engine.cost``'s (or a calibrated profile's derived ones, as in the roofline).
+
+This is the pricing of a model whose layers are all full attention; sliding-window, MLA
+and linear layers are priced by ``harness.engine.cost_layered.LayeredOperatorCostModel``.
 """
 
 from __future__ import annotations
@@ -61,8 +64,8 @@ class OperatorCostModel:
         if fitted is not None:
             compute_eff = fitted.compute_efficiency or compute_eff
             bandwidth_eff = fitted.bandwidth_efficiency or bandwidth_eff
-        peak_flops = hardware.peak_fp16_tflops * 1e12 * compute_eff
-        bandwidth = hardware.hbm_bandwidth_gbps * 1e9 * bandwidth_eff
+        self.peak_flops = peak_flops = hardware.peak_fp16_tflops * 1e12 * compute_eff
+        self.bandwidth = bandwidth = hardware.hbm_bandwidth_gbps * 1e9 * bandwidth_eff
         bytes_per_slot = float(model.bytes_per_slot)
         self.token_s = 2.0 * (model.active_params - model.vocab_size * model.hidden_size) / peak_flops
         self.weights_s = float(model.weight_bytes) / bandwidth

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from harness.config import (CostSpec, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
                             kv_capacity_slots)
+from harness.engine.cost_layered import LayeredOperatorCostModel, LayeredRooflineCostModel
+from harness.engine.cost_layers import layered_attention
 from harness.engine.cost_operator import OperatorCostModel
 from harness.engine.sim_executor import RooflineCostModel, SimExecutor, layout_fit
 from harness.errors import ConfigError
@@ -37,13 +39,20 @@ def make_cost_model(cost: CostSpec, system: SystemSpec, model: ModelSpec,
     """``engine.cost.model``'s cost model for ``system`` (the operator model reads its
     layout and block size: the decode kernel's efficiency depends on them). A calibrated
     hardware profile measured on this model (``hardware.fitted``) prices with its fit,
-    whichever model is selected: a measurement of this model beats either."""
+    whichever model is selected: a measurement of this model beats either. A model whose
+    layers are not all full attention gets the layered version of either
+    (``harness.engine.cost_layered``)."""
     from allocators import MANAGERS
 
     layout, page_tokens = MANAGERS[system.kind].kernel_layout(system)
     fitted = layout_fit(hardware, layout)
+    layers = layered_attention(model)  # None: every layer full attention
     if cost.model == "operator" and not (fitted is not None and fitted.applies_to(model)):
+        if layers is not None:
+            return LayeredOperatorCostModel(model, hardware, cost, layout, page_tokens, layers)
         return OperatorCostModel(model, hardware, cost, layout, page_tokens)
+    if layers is not None:
+        return LayeredRooflineCostModel(model, hardware, cost, layers, layout=layout)
     return RooflineCostModel(model, hardware, cost, layout=layout)
 
 

@@ -169,7 +169,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     # window first.
     priced = min(span, PRICE_WINDOW) if next_arrival_time is not None else span
     while True:
-        durations = executor.decode_durations(sum_positions, num_seqs, priced)  # [priced]
+        durations = executor.decode_durations(sum_positions, num_seqs, priced, computed)  # [priced]
         # [priced + 1]: each step's start, then the last one's end; summed in order, like
         # the loop's clock
         clock = list(accumulate(durations, initial=float(now)))
@@ -260,7 +260,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     )
 
     # Commit: the sampled tokens, and the KV appends (each step's ``kv_span``).
-    executor.decoded_span(sum_positions, num_seqs, span)
+    executor.decoded_span(sum_positions, num_seqs, span, computed)
     if keyed:
         kv_tokens: list = []
         decode_synthetic(seqs, generated, span, kv_tokens)

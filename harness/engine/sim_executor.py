@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from harness.config import CostSpec, HardwareSpec, ModelSpec
+from harness.engine.cost_layers import plan_work
 from harness.engine.cost_operator import PHASES, OperatorCostModel, step_seconds
 from harness.engine.fit_range import FitRange
 from harness.engine.plan import StepPlan
@@ -41,6 +42,7 @@ class RooflineCostModel:
     systems when present, written by ``python -m harness.calibrate``): for the model it
     was measured on, the step time is the fitted model of ``FittedCostSpec`` (plus copies at the effective bandwidth and swaps as above); for
     other models the roofline uses the fit's derived efficiencies instead of ``cost``'s.
+    Sliding-window, MLA and linear layers: ``harness.engine.cost_layered``.
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec,
@@ -147,6 +149,11 @@ class SimExecutor:
         self._priced: tuple[int, int, list[list[float]]] = (-1, -1, [])
         efficiency = cost_model.efficiency if self.operator else None
         self._tally = efficiency.tally if efficiency is not None and efficiency.ranged else None
+        # a model whose layers are not all full attention (harness.engine.cost_layered):
+        # its steps are priced by layer group, chosen here once
+        self.layers = getattr(cost_model, "layers", None)
+        if self.layers is not None:
+            self.execute = self._execute_layered
 
     def execute(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
         copied = len(plan.copies) * self.copy_unit_slots
@@ -179,29 +186,59 @@ class SimExecutor:
             seconds += self._mapping_seconds(plan)
         return seconds, None
 
+    def _execute_layered(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
+        """``execute`` for a layered cost model: the plan's work by layer group."""
+        copied = len(plan.copies) * self.copy_unit_slots
+        swapped = (len(plan.swap_in) + len(plan.swap_out)) * self.copy_unit_slots
+        work = plan_work(plan, self.layers)
+        mapping = (self._mapping_seconds(plan)
+                   if plan.num_mapped_pages or plan.num_unmapped_pages else 0.0)
+        if self.operator:
+            phases = self.cost_model.layered_phases(plan.num_batched_tokens, work, copied,
+                                                    swapped, plan.num_seqs)
+            if mapping:
+                phases = (*phases[:-1], phases[-1] + mapping)  # host work
+            self.phase_rows.append(phases)
+            decode_pairs, decode_seqs = work[4], work[6]
+            self.decode_read_slots += decode_pairs
+            if self._tally is not None and decode_seqs:
+                self._tally(decode_seqs, decode_pairs / decode_seqs)
+            return step_seconds(phases), None
+        cost = self.cost_model.layered_step_cost(
+            plan.num_batched_tokens, plan.attention_pairs, plan.kv_read_slots, work, copied,
+            swapped, plan.num_seqs, plan.num_prefill_chunks)
+        if self.fit_range is not None:
+            self.fit_range.step(plan.num_seqs, plan.kv_read_slots + plan.num_batched_tokens)
+        return cost.seconds + mapping, None
+
     def _mapping_seconds(self, plan: StepPlan) -> float:
         """The driver calls that map and unmap the step's physical pages (vattention)."""
         return plan.num_mapped_pages * self.page_map_s + plan.num_unmapped_pages * self.page_unmap_s
 
-    def decode_durations(self, sum_positions: int, num_seqs: int, span: int) -> list[float]:
-        """Durations of ``span`` steady decode steps, for fast-forwarding (a price only:
-        ``decoded_span`` says which of them ran)."""
+    def decode_durations(self, sum_positions: int, num_seqs: int, span: int,
+                         positions: list[int]) -> list[float]:
+        """Durations of ``span`` steady decode steps of the sequences at ``positions``
+        (tokens computed; they sum to ``sum_positions``), for fast-forwarding (a price
+        only: ``decoded_span`` says which of them ran)."""
+        extra = (positions,) if self.layers is not None else ()
         if self.operator:
-            seconds, columns = self.cost_model.decode_span(sum_positions, num_seqs, span)
+            seconds, columns = self.cost_model.decode_span(sum_positions, num_seqs, span, *extra)
             self._priced = (sum_positions, num_seqs, columns)
             return seconds
-        return self.cost_model.decode_seconds(sum_positions, num_seqs, span)
+        return self.cost_model.decode_seconds(sum_positions, num_seqs, span, *extra)
 
-    def decoded_span(self, sum_positions: int, num_seqs: int, span: int) -> None:
+    def decoded_span(self, sum_positions: int, num_seqs: int, span: int,
+                     positions: list[int]) -> None:
         """The first ``span`` steps priced by ``decode_durations(sum_positions, num_seqs,
-        ...)`` ran (fast-forwarded)."""
+        ..., positions)`` ran (fast-forwarded)."""
         if self.fit_range is not None:
             self.fit_range.decode_span(sum_positions, num_seqs, span)
         if not self.operator or span <= 0:
             return
         positions, seqs, columns = self._priced
         if positions != sum_positions or seqs != num_seqs or len(columns[0]) < span:
-            columns = self.cost_model.decode_span(sum_positions, num_seqs, span)[1]
+            extra = (positions,) if self.layers is not None else ()
+            columns = self.cost_model.decode_span(sum_positions, num_seqs, span, *extra)[1]
         self.phase_rows.append([column[:span] for column in columns])
         # step i reads sum_positions + num_seqs * (i + 1) slots
         self.decode_read_slots += span * sum_positions + num_seqs * span * (span + 1) // 2
