@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.config import (CostSpec, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
                             kv_capacity_slots)
 from harness.engine.cost_operator import OperatorCostModel
-from harness.engine.sim_executor import RooflineCostModel, SimExecutor, layout_fit
+from harness.engine.sim_executor import OffloadLoadCost, RooflineCostModel, SimExecutor, layout_fit
 from harness.errors import ConfigError
 
 
@@ -22,7 +22,13 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
         # page mapping (vattention) is charged per page, unless it overlaps compute
         charged = manager.capabilities.maps_pages and not system.option("async_mapping")
         page_costs = (system.option("map_page_s"), system.option("unmap_page_s")) if charged else ()
-        return SimExecutor(make_cost_model(engine.cost, system, model, hardware), unit, *page_costs)
+        offload = engine.offload
+        load = (OffloadLoadCost(model.bytes_per_slot, offload.disk_read_gbps)
+                if offload.enabled else None)
+        if not page_costs:
+            page_costs = (0.0, 0.0)
+        return SimExecutor(make_cost_model(engine.cost, system, model, hardware), unit,
+                           *page_costs, offload_load=load)
     if engine.executor == "torch":
         from harness.engine.torch_executor import TorchExecutor
 
