@@ -188,7 +188,8 @@ def test_offload_off_changes_nothing_and_an_unused_tier_changes_no_figure():
 def test_tiers_never_exceed_capacity_and_a_key_is_in_one_tier(cpu, disk, ops):
     """Random prompts (from 6 families sharing prefixes) admitted into and freed from a
     5-block pool: the tiers hold at most their capacity, the CPU and disk tiers never share a
-    key, and the counts balance (every key stored is held, moved up, or dropped)."""
+    key, the counts balance (every key stored is held, moved up, or dropped), and
+    ``can_admit`` / ``cached_prefix_tokens`` answer what ``admit`` then does."""
     m = _manager(cpu, disk, num_blocks=5)
     t = m.offload
     live: list[int] = []
@@ -196,10 +197,13 @@ def test_tiers_never_exceed_capacity_and_a_key_is_in_one_tier(cpu, disk, ops):
         prompt = [family * 1000 + j for j in range(length)]
         if live and (i % 3 == 2 or m.num_free_blocks < 4):
             m.free(live.pop(0))
+        fits, cached = m.can_admit(prompt, length, length), m.cached_prefix_tokens(prompt)
         admission = m.admit(i, prompt, length, length)
+        assert (admission is not None) == fits  # can_admit counts the lower-tier hits too
         if admission is not None:
             live.append(i)
-            assert admission.cpu_hit_tokens + admission.disk_hit_tokens <= admission.num_cached_tokens
+            assert admission.num_cached_tokens == cached
+            assert admission.cpu_hit_tokens + admission.disk_hit_tokens <= cached
         cpu_keys, disk_keys = t.cpu_keys(), t.disk_keys()
         assert len(cpu_keys) <= cpu and len(disk_keys) <= disk
         assert not set(cpu_keys) & set(disk_keys)
