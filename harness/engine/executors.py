@@ -25,8 +25,6 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
         offload = engine.offload
         load = (OffloadLoadCost(model.bytes_per_slot, offload.disk_read_gbps)
                 if offload.enabled else None)
-        if not page_costs:
-            page_costs = (0.0, 0.0)
         return SimExecutor(make_cost_model(engine.cost, system, model, hardware), unit,
                            *page_costs, offload_load=load)
     if engine.executor == "torch":
