@@ -211,7 +211,7 @@ def test_tiers_never_exceed_capacity_and_a_key_is_in_one_tier(cpu, disk, ops):
         assert c["cpu_held"] + c["disk_held"] == c["gpu_to_cpu"] - c["disk_to_cpu"] - c["dropped"]
 
 
-# ------------------------------------------------------------------------------- bad input (CLI)
+# ------------------------------------------------------------------------------- bad input
 SMALL = ["workload=docqa", "workload.num_requests=5", "report=false", "progress=false"]
 REFUSED = {
     "negative": (["systems=[paged]", "engine.offload.cpu_gib=-1"],
@@ -232,16 +232,32 @@ REFUSED = {
     "bad_rate": (["systems=[paged]", "engine.offload.cpu_gib=8", "engine.offload.disk_read_gbps=0"],
                  "engine.offload.disk_read_gbps: must be a positive number, got 0"),
 }
+THROUGH_THE_CLI = ("below_one_block", "torch")  # the rest are checked in this process
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_bad_offload_config_is_one_config_error_naming_the_key(case):
+    from hydra import compose, initialize_config_dir
+
+    from harness.conf_tree import CONF_DIR
+    from harness.errors import ConfigError
+    from harness.run import prepare_serving
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*SMALL, *REFUSED[case][0]])
+    with pytest.raises(ConfigError) as refused:
+        prepare_serving(cfg)
+    assert REFUSED[case][1] in str(refused.value) and "\n" not in str(refused.value)
 
 
 @pytest.fixture(scope="module")
 def refused_runs(tmp_path_factory, run_cli):
     base = tmp_path_factory.mktemp("offload_refused")
-    procs = {name: run_cli.start(base / name, *SMALL, *args) for name, (args, _) in REFUSED.items()}
+    procs = {name: run_cli.start(base / name, *SMALL, *REFUSED[name][0]) for name in THROUGH_THE_CLI}
     return {name: (run_cli.wait(proc), base / name) for name, proc in procs.items()}
 
 
-@pytest.mark.parametrize("case", sorted(REFUSED))
+@pytest.mark.parametrize("case", THROUGH_THE_CLI)
 def test_bad_offload_config_exits_2_with_one_line(refused_runs, case):
     result, run_dir = refused_runs[case]
     assert result.returncode == 2, result.output
