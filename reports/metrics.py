@@ -70,10 +70,10 @@ HEADLINE_METRICS: tuple[Metric, ...] = (
            lambda s: None if _get(s, "prefix_cache", "hit_rate") is None
            else 100.0 * _get(s, "prefix_cache", "hit_rate"), "memory"),
     # engine.offload (results.json ``offload``; None without a tier): hits by tier
-    *(Metric(f"offload_{tier}_hit_pct", f"{tier.upper()}-tier prefix hits (% of prompt tokens)",
+    *(Metric(f"offload_{tier}_hit_pct", f"{name} prefix hits (% of prompt tokens)",
              lambda s, tier=tier: None if _get(s, "offload", "hit_rate", tier) is None
              else 100.0 * _get(s, "offload", "hit_rate", tier), "memory")
-      for tier in ("gpu", "cpu", "disk")),
+      for tier, name in (("gpu", "GPU-pool"), ("cpu", "CPU-tier"), ("disk", "disk-tier"))),
     Metric("offload_load_share_pct", "offload load time (% of summed TTFT)",
            lambda s: None if _get(s, "offload", "load_share_of_ttft") is None
            else 100.0 * _get(s, "offload", "load_share_of_ttft"), "serving"),
