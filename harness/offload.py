@@ -90,6 +90,9 @@ def offload_figures(manager, scheduler, spec: OffloadSpec, block_size: int,
     moved = {way: counts[way] * block_bytes
              for way in ("gpu_to_cpu", "cpu_to_disk", "cpu_to_gpu", "disk_to_gpu")}
     return {
+        # [request id, seconds its own loads took], for the per-request share of TTFT
+        "_request_load_s": [(rid, cpu * load_cost.cpu_slot_s + disk * load_cost.disk_slot_s)
+                            for rid, (cpu, disk) in scheduler.offload_loads.items()],
         "cpu_gib": spec.cpu_gib, "disk_gib": spec.disk_gib,
         "cpu_blocks": tiers.cpu_blocks, "disk_blocks": tiers.disk_blocks,
         "block_bytes": block_bytes,
@@ -108,10 +111,22 @@ def offload_figures(manager, scheduler, spec: OffloadSpec, block_size: int,
 
 
 def offload_summary(figures: dict, steps, requests) -> dict:
-    """``figures`` with the load time: its total (the steps' ``offload_load_s``) and its share
-    of the finished requests' summed TTFT (the load delays the step that admits them)."""
+    """``figures`` with the load time: its total (the steps' ``offload_load_s``), its share of
+    the finished requests' summed TTFT (the load delays the step that admits them), and per
+    finished request the share of its TTFT its own loads took (percentiles, 0 for a request
+    that loaded nothing)."""
+    import numpy as np
+
+    from harness.metrics import percentiles
+
+    figures = dict(figures)
+    own = dict(figures.pop("_request_load_s"))
     load_s = float(steps["offload_load_s"].sum()) if "offload_load_s" in steps else 0.0
     done = requests[requests["status"] == "finished"]
-    ttft = float((done["first_token_s"] - done["arrival_s"]).sum())
+    ttft = (done["first_token_s"] - done["arrival_s"]).to_numpy(dtype=float)
+    mine = np.array([own.get(rid, 0.0) for rid in done["request_id"].tolist()], dtype=float)
+    positive = ttft > 0
+    total = float(ttft.sum())
     return {**figures, "load_s": round(load_s, 6),
-            "load_share_of_ttft": round(load_s / ttft, 6) if ttft > 0 else None}
+            "load_share_of_ttft": round(load_s / total, 6) if total > 0 else None,
+            "request_load_share_of_ttft": percentiles(mine[positive] / ttft[positive])}

@@ -16,7 +16,7 @@ from harness.config import GIB, CostSpec
 from harness.engine.plan import ScheduledChunk, StepPlan
 from harness.engine.sequence import Sequence, SequenceGroup
 from harness.engine.sim_executor import OffloadLoadCost
-from harness.offload import OffloadSpec
+from harness.offload import OffloadSpec, offload_figures, offload_summary
 from harness.workloads.request import Request
 
 BS = 4
@@ -146,6 +146,19 @@ def test_the_admitting_step_is_charged_the_load_in_its_own_column():
     assert steps[phases].sum(axis=1).to_numpy() == pytest.approx(steps["duration_s"].to_numpy(),
                                                                  rel=1e-12)
     assert result.scheduler.offload_tokens_cached == {"cpu": 16, "disk": 0}
+    # results.json's figures: 4 blocks of 4 slots x 512 B loaded, 16 prompt tokens of the
+    # third request's 17 served by the CPU tier; its own load over its own TTFT
+    figures = offload_figures(result.scheduler.manager, result.scheduler, spec.offload, BS,
+                              MODEL.bytes_per_slot, OffloadLoadCost(MODEL.bytes_per_slot, 13.0))
+    requests = result.recorder.request_table()
+    summary = offload_summary(figures, steps, requests)
+    assert summary["hit_tokens"] == {"gpu": 0, "cpu": 16, "disk": 0}
+    assert summary["bytes_moved"]["cpu_to_gpu"] == 4 * BS * 512
+    third = requests[requests["request_id"] == 2].iloc[0]
+    ttfts = (requests["first_token_s"] - requests["arrival_s"]).to_numpy()
+    own = 16 * 512 / 25e9 / (third["first_token_s"] - third["arrival_s"])
+    assert summary["request_load_share_of_ttft"]["max"] == pytest.approx(own, abs=1e-6)
+    assert summary["load_share_of_ttft"] == pytest.approx(16 * 512 / 25e9 / ttfts.sum(), abs=1e-6)
 
 
 def test_executor_adds_exactly_the_load_to_the_step():
