@@ -9,7 +9,8 @@ Modelled on vLLM v1 (``vllm/v1/core/block_pool.py``, ``FreeKVCacheBlockQueue``):
   chain hash of ``allocators.prefix_keys``). It keeps that key while it is allocated and
   after it is freed (ref count 0, back in the free queue), so a later request can
   still hit it; the key is dropped only when the block is popped for reuse. So
-  cached blocks are evicted least recently freed first.
+  cached blocks are evicted least recently freed first. With an offload tier
+  (``on_evict``, ``allocators.offload_tier``) an evicted key moves there instead.
 - Callers free a request's blocks tail first (``reversed(block_table)``), so the
   tail of a request, the part least likely to be shared, is evicted first.
 
@@ -32,7 +33,7 @@ from __future__ import annotations
 from array import array
 from itertools import islice
 from operator import itemgetter
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -54,7 +55,7 @@ class BlockPool:
     __slots__ = (
         "num_blocks", "num_free", "num_cached_free", "num_evictions", "ref_cnt", "_keys", "_cached",
         "_held", "_q", "_head", "_base", "_pos", "_dead", "_evicted", "_evicted_base",
-        "_ref_v", "_held_v", "_pos_v",
+        "_ref_v", "_held_v", "_pos_v", "on_evict",
     )
 
     def __init__(self, num_blocks: int) -> None:
@@ -79,6 +80,9 @@ class BlockPool:
         self._dead = 0  # _DEAD entries at or after _head
         self._evicted: list[int] = []  # the blocks of the last evictions (see evicted_since)
         self._evicted_base = 0  # evictions before _evicted[0]
+        # Called with the keys of each allocation's evictions, in eviction order, before they
+        # are dropped (an offload tier's ``store``); None: evicted keys are forgotten.
+        self.on_evict: Callable[[list[int]], None] | None = None
 
     def _views(self) -> None:
         """[n] numpy views of the ref count, ticket and flag buffers (which therefore never
@@ -164,6 +168,8 @@ class BlockPool:
         ref = self.ref_cnt
         if self.num_cached_free:
             held, keys, cached, log = self._held, self._keys, self._cached, self._evicted
+            if self.on_evict is not None:
+                self.on_evict([keys[b] for b in out if held[b]])
             evicted = len(log)
             for b in out:
                 ref[b] = 1

@@ -9,6 +9,11 @@ blocks alike; the manager keeps each sequence's partial tail tokens so it can ke
 block when it fills. ``admit`` reuses the longest run of cached leading prompt
 blocks, capped at ``len(prompt) - 1`` tokens so at least one prompt token is computed.
 
+With an offload tier (``attach_offload``, ``allocators.offload_tier``), a cached block the
+pool evicts leaves its key in a CPU (then disk) tier, and ``admit`` continues the run of
+prompt hits there after the GPU hits end: those blocks are allocated on the GPU, loaded
+(``Admission.cpu_hit_tokens`` / ``disk_hit_tokens``) and not recomputed.
+
 Fork shares every block (ref counts up). The first append into a shared, partially
 filled last block copies it (copy-on-write) and returns ``[(src, dst)]``.
 """
@@ -23,6 +28,7 @@ import numpy as np
 from allocators.accounting import PartialBlockLedger, make_breakdown
 from allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
 from allocators.block_pool import BlockPool
+from allocators.offload_tier import OffloadTiers
 from allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys, extend_tokens, token_bytes
 
 
@@ -105,6 +111,18 @@ class PagedKVCacheManager:
         self._key_bytes = 4 * block_size
         self._last_prompt: PromptKeys | None = None  # see _prompt
         self._last_ids: np.ndarray | None = None  # the read-only ids it was asked for last
+        self.offload: OffloadTiers | None = None  # the lower tiers (attach_offload), or None
+
+    def attach_offload(self, tiers: OffloadTiers) -> None:
+        """Give evicted prefix-cache keys to ``tiers`` and look prompts up there after the
+        GPU hits (before any sequence is admitted; needs prefix caching)."""
+        if not self.enable_prefix_caching:
+            raise ValueError("an offload tier holds evicted prefix-cache blocks: enable "
+                             "prefix caching to attach one")
+        if self._seqs:
+            raise ValueError("attach the offload tier before admitting sequences")
+        self.offload = tiers
+        self.pool.on_evict = tiers.store
 
     # ---------------------------------------------------------------- queries
     def _get(self, seq_id: int) -> _Seq:
@@ -208,12 +226,23 @@ class PagedKVCacheManager:
         prompt.evictions = pool.num_evictions
         return hits
 
+    def _lower_hits(self, prompt: PromptKeys, start: int, prompt_len: int) -> int:
+        """Prompt blocks from ``start`` (the first GPU miss) on that the offload tier holds,
+        as a run, within the same limit as ``_prefix_hits`` (0 without a tier)."""
+        if self.offload is None:
+            return 0
+        limit = (prompt_len - 1) // self.block_size
+        return self.offload.match(prompt.keys(start, limit)) if start < limit else 0
+
     def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
-        """Prompt tokens ``admit`` would serve from the prefix cache now. Changes nothing."""
+        """Prompt tokens ``admit`` would serve from the prefix cache (and its offload tier)
+        now. Changes nothing."""
         if not self.enable_prefix_caching:
             return 0
         prompt_len = len(prompt_token_ids)
-        return len(self._prefix_hits(self._prompt(prompt_token_ids), prompt_len)) * self.block_size
+        prompt = self._prompt(prompt_token_ids)
+        hits = len(self._prefix_hits(prompt, prompt_len))
+        return (hits + self._lower_hits(prompt, hits, prompt_len)) * self.block_size
 
     def prefix_frontier_key(self, prompt_token_ids: Sequence[int]) -> int | None:
         """The cache key of the first prompt block ``admit`` would not find in the cache now,
@@ -225,6 +254,7 @@ class PagedKVCacheManager:
         prompt_len = len(prompt_token_ids)
         prompt = self._prompt(prompt_token_ids)
         i = len(self._prefix_hits(prompt, prompt_len))
+        i += self._lower_hits(prompt, i, prompt_len)
         if i >= (prompt_len - 1) // self.block_size:
             return None
         return prompt.keys(i, i + 1)[0]
@@ -274,9 +304,12 @@ class PagedKVCacheManager:
         """Would ``admit`` succeed now? Changes nothing."""
         bs = self.block_size
         hits: list[int] = []
+        lower = 0
         if self.enable_prefix_caching:
-            hits = self._prefix_hits(self._prompt(prompt_token_ids), len(prompt_token_ids))
-        return self._fits(hits, -(-max(num_tokens, len(hits) * bs) // bs) - len(hits))
+            prompt = self._prompt(prompt_token_ids)
+            hits = self._prefix_hits(prompt, len(prompt_token_ids))
+            lower = self._lower_hits(prompt, len(hits), len(prompt_token_ids))
+        return self._fits(hits, -(-max(num_tokens, (len(hits) + lower) * bs) // bs) - len(hits))
 
     def _fits(self, hits: list[int], need: int) -> bool:
         """Whether ``need`` new blocks fit once the ``hits`` are taken: the free ones among
@@ -309,15 +342,20 @@ class PagedKVCacheManager:
         bs, pool = self.block_size, self.pool
         hits: list[int] = []
         prompt = None
+        lower = 0  # blocks after the GPU hits found in the offload tier
         if self.enable_prefix_caching:
             prompt = self._prompt(prompt_token_ids)
             hits = self._prefix_hits(prompt, prompt_len)
-        num_cached = len(hits) * bs
+            lower = self._lower_hits(prompt, len(hits), prompt_len)
+        num_cached = (len(hits) + lower) * bs
         n = max(num_tokens, num_cached)
         need = -(-n // bs) - len(hits)
         if not self._fits(hits, need):
             return None
-        # Commit. NOTE: touch the hits before allocating so they are not popped for reuse.
+        # Commit. NOTE: touch the hits before allocating so they are not popped for reuse;
+        # load the lower-tier run first too, so that the allocation's evictions (stored in
+        # the tier) cannot push it out.
+        loaded = self.offload.load(prompt.keys(len(hits), len(hits) + lower)) if lower else None
         pool.touch_many(hits)
         table = hits + pool.allocate(need)
         keys: list[int] = []
@@ -339,6 +377,9 @@ class PagedKVCacheManager:
         st = self.stats
         st.prefix_queried_tokens += prompt_len
         st.prefix_hit_tokens += num_cached
+        if loaded is not None:
+            return Admission(num_cached, cpu_hit_tokens=loaded[0] * bs,
+                             disk_hit_tokens=loaded[1] * bs)
         return Admission(num_cached_tokens=num_cached)
 
     def append(self, seq_id: int, token_ids: Sequence[int]) -> list[tuple[int, int]] | None:

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from harness.errors import ConfigError, did_you_mean
 from harness.hardware_spec import CostSpec, FittedCostSpec, HardwareSpec
+from harness.offload import OffloadSpec
 from harness.model_layers import (LayerGroup, LinearAttentionSpec, MlaSpec, MoeSpec,
                                   attention_kv_values, layer_groups, layer_params, validate_layers)
 from harness.model_spec import (ARCHITECTURES, DTYPE_BYTES, KV_DTYPE_BYTES, ROPE_SCALING_TYPES,
@@ -65,6 +66,8 @@ class EngineSpec:
     wall_time_limit_s: float | None = None
     fast_forward: bool = True
     cost: CostSpec = field(default_factory=CostSpec)
+    # CPU / disk tiers behind the GPU prefix cache (harness.offload; 0 GiB = off)
+    offload: OffloadSpec = field(default_factory=OffloadSpec)
     # --- torch executor (engine=torch); the sim executor ignores these ---
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
     # Accumulate every op in float64 and round to the model dtype, so a token's result
@@ -142,6 +145,7 @@ class SystemSpec:
 
 
 _NESTED[("EngineSpec", "cost")] = CostSpec
+_NESTED[("EngineSpec", "offload")] = OffloadSpec
 
 
 def check_run_options(cfg: Mapping[str, Any]) -> None:

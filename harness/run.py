@@ -32,6 +32,7 @@ from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
 from harness.metrics import memory_summary, serving_summary
+from harness.offload import offload_figures, offload_summary
 from harness.processes import fork_is_safe, forking, usable_cpus, worker_pool
 from harness.progress import ParallelBars, publish, shared_progress
 from harness.reuse import reuse_earlier
@@ -424,6 +425,9 @@ def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareS
         if hasattr(executor, "cost_report"):  # sim: seconds per phase, profiles, ranges
             run.recorder.add_columns(executor.phase_columns())
             run.cost_model = executor.cost_report()
+        if engine.offload.enabled:  # (check_offload: a paged manager on the sim)
+            run.offload = offload_figures(manager, scheduler, engine.offload, system.block_size,
+                                          model.bytes_per_slot, executor.offload_load)
         return run
     finally:
         if bar is not None:
@@ -483,6 +487,8 @@ def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
         summary["fit_range"] = run.fit_range
     if run.cost_model is not None:
         summary["cost_model"] = run.cost_model
+    if run.offload is not None:
+        summary["offload"] = offload_summary(run.offload, steps, requests)
     if run.stop_reason:
         summary["stop_reason"] = run.stop_reason
     return summary

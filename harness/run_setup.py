@@ -17,6 +17,7 @@ from harness.config import (GIB, MAX_KV_SLOTS, EngineSpec, HardwareSpec, ModelSp
                             build_spec, select_systems, validate_block_size)
 from harness.engine.executors import check_cost_profiles
 from harness.errors import ConfigError
+from harness.offload import check_offload
 
 # The top-level keys every run builds from: deleting one (~seed) is refused.
 REQUIRED_KEYS = ("allocator", "block_size", "engine", "hardware", "model", "seed", "systems",
@@ -71,6 +72,7 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
                            block_size)
     check_systems_for_model(specs, model)
     check_systems_for_engine(specs, engine)
+    check_offload(engine, specs, model)  # engine.offload: paged + prefix cache, sim, >= 1 block
     check_run_fits(parse_workload(cfg["workload"])[1])  # 10^9 requests: refused, not OOM-killed
     check_cost_profiles(engine, specs, model, hardware)  # the profile files, read and checked
     return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs)

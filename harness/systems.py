@@ -9,7 +9,14 @@ from harness.config import GIB, EngineSpec, ModelSpec, SystemSpec
 
 def build_manager(system: SystemSpec, capacity_slots: int, model: ModelSpec, engine: EngineSpec,
                   max_model_len: int):
-    """The KV manager of ``system`` over ``capacity_slots`` device slots (+ CPU swap space)."""
+    """The KV manager of ``system`` over ``capacity_slots`` device slots (+ CPU swap space,
+    + the offload tiers of ``engine.offload``, which ``check_offload`` allowed)."""
     cpu_slots = int(engine.swap_space_gib * GIB // model.bytes_per_slot)
-    return MANAGERS[system.kind].from_system(system, capacity_slots, cpu_slots, max_model_len,
-                                             model)
+    manager = MANAGERS[system.kind].from_system(system, capacity_slots, cpu_slots, max_model_len,
+                                                model)
+    if engine.offload.enabled:
+        from allocators.offload_tier import OffloadTiers
+
+        cpu_blocks, disk_blocks = engine.offload.tier_blocks(system.block_size * model.bytes_per_slot)
+        manager.attach_offload(OffloadTiers(cpu_blocks, disk_blocks))
+    return manager

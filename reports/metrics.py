@@ -69,6 +69,14 @@ HEADLINE_METRICS: tuple[Metric, ...] = (
     Metric("prefix_hit_rate_pct", "prefix-cache hit rate (% of prompt tokens)",
            lambda s: None if _get(s, "prefix_cache", "hit_rate") is None
            else 100.0 * _get(s, "prefix_cache", "hit_rate"), "memory"),
+    # engine.offload (results.json ``offload``; None without a tier): hits by tier
+    *(Metric(f"offload_{tier}_hit_pct", f"{name} prefix hits (% of prompt tokens)",
+             lambda s, tier=tier: None if _get(s, "offload", "hit_rate", tier) is None
+             else 100.0 * _get(s, "offload", "hit_rate", tier), "memory")
+      for tier, name in (("gpu", "GPU-pool"), ("cpu", "CPU-tier"), ("disk", "disk-tier"))),
+    Metric("offload_load_share_pct", "offload load time (% of summed TTFT)",
+           lambda s: None if _get(s, "offload", "load_share_of_ttft") is None
+           else 100.0 * _get(s, "offload", "load_share_of_ttft"), "serving"),
     Metric("mean_batch", "mean batch size (sequences)",
            lambda s: _get(s, "batch", "mean_seqs"), "serving"),
     Metric("requests_per_s", "throughput (requests/s)",
@@ -76,6 +84,7 @@ HEADLINE_METRICS: tuple[Metric, ...] = (
     Metric("output_tokens_per_s", "throughput (output tokens/s)",
            lambda s: _get(s, "throughput", "output_tokens_per_s"), "serving"),
     Metric("ttft_p50_s", "TTFT p50 (s)", lambda s: _get(s, "latency", "ttft_s", "p50"), "serving"),
+    Metric("ttft_p99_s", "TTFT p99 (s)", lambda s: _get(s, "latency", "ttft_s", "p99"), "serving"),
     Metric("tpot_p50_s", "TPOT p50 (s/token)", lambda s: _get(s, "latency", "tpot_s", "p50"),
            "serving"),
     Metric("e2e_p99_s", "end-to-end latency p99 (s)", lambda s: _get(s, "latency", "e2e_s", "p99"),

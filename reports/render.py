@@ -19,6 +19,7 @@ from reports.figure_batch import PendingFigure, resolve
 from reports.headline import headline_sentence, load_parts
 from reports.html import Raw, absent, esc, fmt, page, table
 from reports.metrics import energy_per_token_j, waste_pct
+from reports.offload_section import offload_table
 from reports.rundata import RunData, load_run
 from reports.telemetry import telemetry_figure
 
@@ -246,6 +247,7 @@ def _serving_section(run: RunData, colors: dict[str, str]) -> list[str | Pending
             for n, s in systems.items()]
     parts.append(table(["system", "preemptions", "swaps", "rejected", "unfinished",
                         "rejection reasons"], rows, text_columns=(0, 5), css_id="preemption-table"))
+    parts += offload_table(systems)
     executor_table = _executor_table(systems)
     if executor_table:
         parts.append("<h3>Executor measurements (real model and KV tensors)</h3>" + executor_table)

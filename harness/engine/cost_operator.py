@@ -39,6 +39,9 @@ from harness.engine.cost_profiles import (DecodeEfficiency, decode_efficiency, l
 
 # The phases of a step, in the order they are summed (the steps_*.csv columns, ``_s`` added).
 PHASES = ("linear", "attention_prefill", "attention_decode", "kv_write", "copy", "swap", "host")
+# The host link's bandwidth (GB/s) swaps and offload-tier loads cross (the project's swap
+# figure: about PCIe 4.0 x16's 32 GB/s per direction less protocol overhead).
+HOST_LINK_GBPS = 25.0
 # Longer spans of a kernel profile flat in batch and context are priced on numpy arrays
 # (IEEE doubles, the same operations in the same order as ``phases``: the same bits).
 SCALAR_SPAN = 24
@@ -57,7 +60,7 @@ class OperatorCostModel:
     fit = None  # (a calibrated fit of the run's model prices with the roofline's fit instead)
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec, layout: str,
-                 block_size: int | None, swap_bandwidth_gbps: float = 25.0) -> None:
+                 block_size: int | None, swap_bandwidth_gbps: float = HOST_LINK_GBPS) -> None:
         compute_eff, bandwidth_eff = cost.compute_efficiency, cost.bandwidth_efficiency
         fitted = hardware.fitted_contiguous if layout == "contiguous" else None
         fitted = fitted or hardware.fitted

@@ -7,7 +7,7 @@ from harness.config import (CostSpec, EngineSpec, HardwareSpec, ModelSpec, Syste
 from harness.engine.cost_layered import LayeredOperatorCostModel, LayeredRooflineCostModel
 from harness.engine.cost_layers import layered_attention
 from harness.engine.cost_operator import OperatorCostModel
-from harness.engine.sim_executor import RooflineCostModel, SimExecutor, layout_fit
+from harness.engine.sim_executor import OffloadLoadCost, RooflineCostModel, SimExecutor, layout_fit
 from harness.errors import ConfigError
 
 
@@ -24,7 +24,11 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
         # page mapping (vattention) is charged per page, unless it overlaps compute
         charged = manager.capabilities.maps_pages and not system.option("async_mapping")
         page_costs = (system.option("map_page_s"), system.option("unmap_page_s")) if charged else ()
-        return SimExecutor(make_cost_model(engine.cost, system, model, hardware), unit, *page_costs)
+        offload = engine.offload
+        load = (OffloadLoadCost(model.bytes_per_slot, offload.disk_read_gbps)
+                if offload.enabled else None)
+        return SimExecutor(make_cost_model(engine.cost, system, model, hardware), unit,
+                           *page_costs, offload_load=load)
     if engine.executor == "torch":
         from harness.engine.torch_executor import TorchExecutor
 

@@ -57,6 +57,10 @@ class StepPlan:
     # physical pages mapped / unmapped this step (managers with Capabilities.maps_pages)
     num_mapped_pages: int = 0
     num_unmapped_pages: int = 0
+    # KV slots loaded into the GPU pool this step from the offload tiers (prefix hits of the
+    # requests admitted: engine.offload), by tier
+    offload_cpu_slots: int = 0
+    offload_disk_slots: int = 0
 
     @property
     def is_empty(self) -> bool:

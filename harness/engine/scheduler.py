@@ -54,6 +54,9 @@ class Scheduler:
         self.prompt_tokens_queried = 0
         self.prompt_tokens_cached = 0
         self.readmission_tokens_cached = 0  # of those, hits of requests re-admitted after a preemption
+        self.offload_tokens_cached = {"cpu": 0, "disk": 0}  # of those, loaded from each offload tier
+        # request id -> [cpu, disk] slots it loaded before its first token (its TTFT's loads)
+        self.offload_loads: dict[int, list[int]] = {}
         # preemptions recomputed although preemption=swap, by why
         self.swap_fallbacks = {"multi_sequence_group": 0, "cpu_swap_space_full": 0}
         self._maps_pages = manager.capabilities.maps_pages
@@ -299,6 +302,8 @@ class Scheduler:
             self.prompt_tokens_cached += cached
             if group.num_preemptions:  # re-admitted (a group restarts with no sequences):
                 self.readmission_tokens_cached += cached  # hits of its own freed blocks, often
+            if admission.cpu_hit_tokens or admission.disk_hit_tokens:  # loaded this step
+                self._count_offload_load(plan, admission, group)
             seq.num_computed = cached
             for child in members:
                 child.num_computed = cached
@@ -309,6 +314,18 @@ class Scheduler:
                 self._add_chunk(plan, ScheduledChunk(seq, cached, end, tuple(members)))
             else:  # the whole first chunk was cached: compute the next one if budget allows
                 self._extend_group(group, plan)
+
+    def _count_offload_load(self, plan: StepPlan, admission, group: SequenceGroup) -> None:
+        """The offload-tier hits of an admission: loaded into the GPU pool in this step."""
+        cpu, disk = admission.cpu_hit_tokens, admission.disk_hit_tokens
+        plan.offload_cpu_slots += cpu
+        plan.offload_disk_slots += disk
+        self.offload_tokens_cached["cpu"] += cpu
+        self.offload_tokens_cached["disk"] += disk
+        if group.first_token_time is None:
+            loads = self.offload_loads.setdefault(group.request.request_id, [0, 0])
+            loads[0] += cpu
+            loads[1] += disk
 
     def admission_while_decoding(self, freed_memory: bool) -> bool | None:
         """Does ``schedule()`` stay closed to the waiting requests at every step from now on,

@@ -9,7 +9,7 @@ import numpy as np
 
 from harness.config import CostSpec, HardwareSpec, ModelSpec
 from harness.engine.cost_layers import plan_work
-from harness.engine.cost_operator import PHASES, OperatorCostModel, step_seconds
+from harness.engine.cost_operator import HOST_LINK_GBPS, PHASES, OperatorCostModel, step_seconds
 from harness.engine.fit_range import FitRange
 from harness.engine.plan import StepPlan
 
@@ -46,7 +46,7 @@ class RooflineCostModel:
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec,
-                 swap_bandwidth_gbps: float = 25.0, layout: str = "paged") -> None:
+                 swap_bandwidth_gbps: float = HOST_LINK_GBPS, layout: str = "paged") -> None:
         self.flops_per_token = 2.0 * (model.active_params - model.vocab_size * model.hidden_size)
         self.attention_flops_per_pair = 4.0 * model.layers * model.num_heads * model.head_dim
         self.weight_bytes = float(model.weight_bytes)
@@ -112,6 +112,26 @@ class RooflineCostModel:
         return self.overhead + maximum(flops / self.peak_flops, moved / self.bandwidth)
 
 
+class OffloadLoadCost:
+    """Seconds to load offload-tier prefix hits into the GPU pool (``engine.offload``), a
+    term of its own after the step's cost model (column ``offload_load_s``): the step that
+    admits the request waits for its blocks (nothing overlaps, as in the operator model).
+
+    CPU tier: over the host link. Disk tier: the read is staged through host memory and
+    then crosses the host link, in chunks, pipelined, so the slower of the disk's read rate
+    and the host link bounds it (a datacenter NVMe reads at about half the link's rate).
+    """
+
+    def __init__(self, bytes_per_slot: int, disk_read_gbps: float,
+                 host_link_gbps: float = HOST_LINK_GBPS) -> None:
+        self.host_link_gbps = host_link_gbps
+        self.cpu_slot_s = bytes_per_slot / (host_link_gbps * 1e9)
+        self.disk_slot_s = bytes_per_slot / (min(disk_read_gbps, host_link_gbps) * 1e9)
+
+    def seconds(self, cpu_slots: int, disk_slots: int) -> float:
+        return cpu_slots * self.cpu_slot_s + disk_slots * self.disk_slot_s
+
+
 def layout_fit(hardware: HardwareSpec, layout: str):
     """The calibrated fit that prices ``layout``'s systems: ``fitted_contiguous`` for
     contiguous ones when the profile has it, else ``fitted`` (or None)."""
@@ -133,8 +153,11 @@ class SimExecutor:
     name = "sim"
 
     def __init__(self, cost_model: RooflineCostModel | OperatorCostModel, copy_unit_slots: int,
-                 page_map_s: float = 0.0, page_unmap_s: float = 0.0) -> None:
+                 page_map_s: float = 0.0, page_unmap_s: float = 0.0,
+                 offload_load: OffloadLoadCost | None = None) -> None:
         self.cost_model = cost_model
+        self.offload_load = offload_load  # None: no offload tier (no column, no term)
+        self.load_column: list[float] = []  # offload_load_s per step (with offload_load only)
         self.copy_unit_slots = copy_unit_slots  # slots per copied unit (block size, or 1)
         self.page_map_s, self.page_unmap_s = page_map_s, page_unmap_s  # per page (vattention)
         fit = cost_model.fit
@@ -175,6 +198,8 @@ class SimExecutor:
             self.decode_read_slots += decode_pairs
             if self._tally is not None and decode_seqs:
                 self._tally(decode_seqs, decode_pairs / decode_seqs)
+            if self.offload_load is not None:
+                return step_seconds(phases) + self._load_seconds(plan), None
             return step_seconds(phases), None
         cost = self.cost_model.step_cost(plan.num_batched_tokens, plan.attention_pairs,
                                          plan.kv_read_slots, copied, swapped, plan.num_seqs,
@@ -184,6 +209,8 @@ class SimExecutor:
         seconds = cost.seconds
         if plan.num_mapped_pages or plan.num_unmapped_pages:  # synchronous page mapping
             seconds += self._mapping_seconds(plan)
+        if self.offload_load is not None:
+            seconds += self._load_seconds(plan)
         return seconds, None
 
     def _execute_layered(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
@@ -203,13 +230,25 @@ class SimExecutor:
             self.decode_read_slots += decode_pairs
             if self._tally is not None and decode_seqs:
                 self._tally(decode_seqs, decode_pairs / decode_seqs)
-            return step_seconds(phases), None
+            seconds = step_seconds(phases)
+            if self.offload_load is not None:
+                seconds += self._load_seconds(plan)
+            return seconds, None
         cost = self.cost_model.layered_step_cost(
             plan.num_batched_tokens, plan.attention_pairs, plan.kv_read_slots, work, copied,
             swapped, plan.num_seqs, plan.num_prefill_chunks)
         if self.fit_range is not None:
             self.fit_range.step(plan.num_seqs, plan.kv_read_slots + plan.num_batched_tokens)
-        return cost.seconds + mapping, None
+        seconds = cost.seconds + mapping
+        if self.offload_load is not None:
+            seconds += self._load_seconds(plan)
+        return seconds, None
+
+    def _load_seconds(self, plan: StepPlan) -> float:
+        """The step's offload-tier loads (``OffloadLoadCost``), recorded in its column."""
+        seconds = self.offload_load.seconds(plan.offload_cpu_slots, plan.offload_disk_slots)
+        self.load_column.append(seconds)
+        return seconds
 
     def _mapping_seconds(self, plan: StepPlan) -> float:
         """The driver calls that map and unmap the step's physical pages (vattention)."""
@@ -233,6 +272,8 @@ class SimExecutor:
         ..., positions)`` ran (fast-forwarded)."""
         if self.fit_range is not None:
             self.fit_range.decode_span(sum_positions, num_seqs, span)
+        if self.offload_load is not None and span > 0:
+            self.load_column.extend([0.0] * span)  # decode steps load nothing
         if not self.operator or span <= 0:
             return
         positions, seqs, columns = self._priced
@@ -247,9 +288,11 @@ class SimExecutor:
                 self._tally(num_seqs, (kv_read + num_seqs) / num_seqs)
 
     def phase_columns(self) -> dict[str, list[float]]:
-        """Each phase's seconds per step (``<phase>_s``), in step order; none for the roofline."""
+        """Each phase's seconds per step (``<phase>_s``), in step order, none for the roofline;
+        then ``offload_load_s`` with an offload tier (either model)."""
+        loads = {"offload_load_s": self.load_column} if self.offload_load is not None else {}
         if not self.operator:
-            return {}
+            return loads
         columns: list[list[float]] = [[] for _ in PHASES]
         for row in self.phase_rows:
             if isinstance(row, tuple):  # one step
@@ -258,7 +301,7 @@ class SimExecutor:
             else:  # a span's columns
                 for column, values in zip(columns, row):
                     column.extend(values)
-        return {f"{name}_s": column for name, column in zip(PHASES, columns)}
+        return {**{f"{name}_s": column for name, column in zip(PHASES, columns)}, **loads}
 
     def cost_report(self) -> dict:
         """For results.json: the cost model, its profiles and (operator model, a measured
