@@ -35,6 +35,8 @@ def make_breakdown(
     logical_tokens: int,
     largest_free_extent: int,
     cached_free_slots: int = 0,
+    internal_page_padding: int = 0,
+    group_blocks: tuple[int, ...] = (),
 ) -> MemoryBreakdown:
     """Assemble a breakdown; free slots are external fragmentation iff ``memory_blocked``."""
     free = capacity_slots - allocated_slots
@@ -50,6 +52,8 @@ def make_breakdown(
         allocated_slots=allocated_slots,
         largest_free_extent=largest_free_extent,
         cached_free_slots=cached_free_slots,
+        internal_page_padding=internal_page_padding,
+        group_blocks=group_blocks,
     )
 
 

@@ -1,0 +1,153 @@
+"""Page unification for the hybrid KV manager: KV cache groups, page bytes, the unit.
+
+Modelled on vLLM v1's ``_get_kv_cache_groups_uniform_page_size`` (kv_cache_utils.py) and
+its rule for mamba hybrids (the attention block size is raised so a page holds the state):
+
+- Group size ``G``: the fewest layers of any kind, or the most when every kind has fewer
+  than 1.25 times the fewest (vLLM's rule). Each kind's layers are cut into KV cache
+  groups of ``G`` layers; the last group of a kind may be short (its missing layers are
+  padding: the page is sized for ``G``).
+- One physical block of the shared pool is one page: ``G`` layer pages of ``p`` bytes.
+  Attention layers keep ``tokens_per_block`` tokens in a layer page: the configured
+  ``block_size`` for the kind with the most bytes a token and layer, raised to the
+  smallest multiple of ``block_size`` whose layer page holds a linear layer's recurrent
+  state when the model has linear layers; a kind with fewer bytes a token keeps
+  ``floor(p / its bytes)`` tokens. A linear layer's state fills part of its layer page.
+- The pool is the whole pages that fit in the bytes ``paged`` is given; what is left
+  (less than a page) is outside it, as ``paged`` leaves ``capacity mod block_size`` slots.
+- The accounting unit (``unit_bytes``, results.json's ``slot_bytes``) is the gcd of the
+  page and of every group's bytes a token (attention) or state (linear), so that every
+  category is a whole number of units; for a uniform model it is ``bytes_per_slot``.
+
+Kinds of the same spec (every group of one kind has the same tokens per block and
+window) move in lockstep, so the manager keeps one ``KindLayout`` per kind.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from harness.model_layers import LayerGroup
+
+GROUP_SIZE_RATIO = 1.25  # vLLM: use the most layers when every kind is within this ratio
+
+
+class LayoutError(ValueError):
+    """A model or block size the hybrid pages cannot serve; ``key`` is the catalog key."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class KindLayout:
+    """The KV cache groups of one layer kind and how their pages are filled.
+
+    ``group_layers``: the real layers of each of its KV cache groups (``G`` each, the last
+    maybe fewer); ``group_ids``: their indices among all KV cache groups (prefix-cache keys
+    carry them, as vLLM's ``BlockHashWithGroupId``); ``layer_bytes``: bytes a token and
+    layer (attention) or a sequence's state a layer (linear); ``tokens_per_block``: None
+    for linear groups.
+    """
+
+    kind: str
+    group_layers: tuple[int, ...]
+    group_ids: tuple[int, ...]
+    layer_bytes: int
+    tokens_per_block: int | None
+    window: int | None
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.group_layers)
+
+    @property
+    def content_bytes(self) -> int:
+        """Bytes of one token (attention) or of the state (linear) over all its groups."""
+        return self.layer_bytes * sum(self.group_layers)
+
+    def peak_blocks(self, prompt_len: int, final_len: int) -> int:
+        """The most blocks (per KV cache group) one sequence holds at any step: a linear
+        group one state page; a sliding group at most its prompt's blocks (prefilled in
+        one step) or the W - 1 older tokens a decode step sees and its own, whichever is
+        more, and never more than a full group."""
+        if self.tokens_per_block is None:
+            return 1
+        t = self.tokens_per_block
+        every = -(-final_len // t)
+        if self.kind != "sliding":
+            return every
+        return min(every, max(-(-prompt_len // t), -(-(self.window - 1) // t) + 1))
+
+
+@dataclass(frozen=True)
+class HybridLayout:
+    """The unified pages of a model (see the module docstring)."""
+
+    group_size: int
+    block_size: int  # the configured block size
+    attention_block_size: int  # tokens a layer page of the kind with the most bytes holds
+    layer_page_bytes: int
+    page_bytes: int  # one physical block: group_size layer pages
+    num_pages: int
+    unit_bytes: int
+    kinds: tuple[KindLayout, ...]
+
+    def units(self, num_bytes: int) -> int:
+        """``num_bytes`` in accounting units (always a whole number of them)."""
+        return num_bytes // self.unit_bytes
+
+    @property
+    def page_units(self) -> int:
+        return self.page_bytes // self.unit_bytes
+
+    def padding_units(self, kind: KindLayout) -> int:
+        """Units of one block of every group of ``kind`` that hold nothing: padding layers,
+        the state's unused rest, the tokens-per-block floor."""
+        filled = kind.content_bytes * (kind.tokens_per_block or 1)
+        return (kind.num_groups * self.page_bytes - filled) // self.unit_bytes
+
+
+def group_size(layers_per_kind: Sequence[int]) -> int:
+    """vLLM's group size: the fewest layers of a kind, or the most when all are close."""
+    fewest, most = min(layers_per_kind), max(layers_per_kind)
+    return most if most < fewest * GROUP_SIZE_RATIO else fewest
+
+
+def build_layout(groups: Sequence[LayerGroup], block_size: int, pool_bytes: int,
+                 max_context: int) -> HybridLayout:
+    """The pages of a model with these layer groups (``ModelSpec.layer_groups``) in a pool
+    of ``pool_bytes``. Raises ``LayoutError`` when they cannot be unified."""
+    attention = [g for g in groups if g.kind != "linear"]
+    if not attention:
+        raise LayoutError("kind", "paged_hybrid sizes its pages by attention blocks: the model "
+                                  "has only linear layers (model.layer_pattern); use paged")
+    size = group_size([g.num_layers for g in groups])
+    per_layer = {g.kind: (g.state_bytes if g.kind == "linear" else g.bytes_per_token) // g.num_layers
+                 for g in groups}
+    widest = max(per_layer[g.kind] for g in attention)
+    tokens = block_size
+    linear = [g for g in groups if g.kind == "linear"]
+    if linear:  # NOTE: vLLM raises the attention block size until a layer page holds the state
+        state = per_layer["linear"]
+        tokens = block_size * -(-state // (widest * block_size))
+        if tokens > max_context:
+            raise LayoutError("block_size", f"a linear layer's state ({state:,} bytes) needs "
+                              f"attention blocks of {tokens:,} tokens, more than the model's "
+                              f"context ({max_context:,}); paged_hybrid cannot unify its pages")
+    layer_page = widest * tokens
+    kinds, next_id = [], 0
+    for g in groups:
+        counts = [size] * (g.num_layers // size) + ([g.num_layers % size] if g.num_layers % size else [])
+        ids = tuple(range(next_id, next_id + len(counts)))
+        next_id += len(counts)
+        per_block = None if g.kind == "linear" else layer_page // per_layer[g.kind]
+        kinds.append(KindLayout(g.kind, tuple(counts), ids, per_layer[g.kind], per_block, g.window))
+    page = size * layer_page
+    unit = math.gcd(page, *(k.layer_bytes * n for k in kinds for n in k.group_layers),
+                    *(k.content_bytes for k in kinds))
+    return HybridLayout(size, block_size, tokens, layer_page, page, pool_bytes // page, unit,
+                        tuple(kinds))
