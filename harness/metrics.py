@@ -160,6 +160,21 @@ def memory_summary(steps: pd.DataFrame, capacity_slots: int) -> dict:
     return out
 
 
+def layer_group_summary(report: dict, steps: pd.DataFrame) -> dict:
+    """A layer-group manager's report (``LayerGroupReport.layer_group_report``) with each
+    kind's step-duration-weighted mean of the blocks it held (None without steps)."""
+    weights = steps["duration_s"].to_numpy(dtype=float) if len(steps) else np.zeros(0)
+    if weights.sum() <= 0:
+        weights = np.ones(len(steps))
+    kinds = []
+    for i, kind in enumerate(report["kinds"]):
+        column = f"layer_group{i}_blocks"
+        mean = (float((steps[column].to_numpy(dtype=float) * weights).sum() / weights.sum())
+                if len(steps) and column in steps else None)
+        kinds.append({**kind, "mean_blocks": _round(mean, 3)})
+    return {**report, "kinds": kinds}
+
+
 def serving_summary(steps: pd.DataFrame, requests: pd.DataFrame) -> dict:
     """Throughput, latency percentiles and batch sizes."""
     done = requests[requests["status"] == "finished"]
