@@ -327,3 +327,12 @@ for _name, _groups in MODELS.items():
                               suppress_health_check=[HealthCheck.too_slow])
     globals()[f"TestHybrid_{_name.replace('+', '_')}"] = _case
 del _name, _groups, _case
+
+
+def test_a_torch_run_is_refused_before_any_system_runs():
+    from harness.config import EngineSpec
+    from harness.run_setup import check_systems_for_engine
+
+    system = SystemSpec(name="paged_hybrid", kind="paged_hybrid", prefix_caching=True, block_size=16)
+    with pytest.raises(ConfigError, match="paged_hybrid"):
+        check_systems_for_engine([system], EngineSpec(executor="torch"))
