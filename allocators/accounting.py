@@ -13,6 +13,10 @@ owner has written the same ``fill`` tokens into it. NOTE: its fill target is the
 maximum over its owners: the last owner to write keeps the block (the others copy
 on write), and it fills the block up to its own target.
 
+Hybrid (``paged_hybrid``): one ``PartialBlockLedger`` per layer kind, in tokens of that
+kind's blocks, scaled by the units one token takes in all its KV cache groups; the part
+of each page its group cannot fill is ``internal_page_padding``.
+
 Contiguous (``ExtentLedger``). Per sequence: written slots are token_states,
 ``final_len - written`` reserved, ``reservation - final_len`` policy
 over-reservation, ``arena_taken - reservation`` allocator rounding (buddy).

@@ -13,7 +13,8 @@ def kv_bytes_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
     """Per system: its slot, pool, and the time-averaged bytes of token states, allocated
     memory and page padding (slots x ``slot_bytes``)."""
     header = ["system", "slot (bytes)", "pool (GiB)", "token states (GiB)", "allocated (GiB)",
-              "page padding (GiB)", "page padding % of allocated"]
+              "allocated per running sequence (GiB)", "page padding (GiB)",
+              "page padding % of allocated"]
     rows = []
     for name, s in systems.items():
         m, unit = s["memory"], s.get("slot_bytes")
@@ -22,8 +23,9 @@ def kv_bytes_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
         pool = m["capacity_slots"] * unit
         allocated = pool * (m.get("block_level_usage_pct") or 0.0) / 100.0
         padding = (m["mean_slots"].get("internal_page_padding") or 0.0) * unit
+        batch = (s.get("batch") or {}).get("mean_seqs")
         rows.append([name, unit, pool / GIB, m["mean_slots"]["token_states"] * unit / GIB,
-                     allocated / GIB, padding / GIB,
+                     allocated / GIB, allocated / batch / GIB if batch else None, padding / GIB,
                      100.0 * padding / allocated if allocated else None])
     return header, rows
 
@@ -52,16 +54,17 @@ def layer_group_parts(systems: dict[str, dict]) -> list[str]:
     parts = ["<h3>Layer groups and page unification</h3>"]
     base = systems.get("paged")
     bytes_header, bytes_rows = kv_bytes_rows(systems)
-    allocated = {row[0]: row[4] for row in bytes_rows}
+    per_seq = {row[0]: row[5] for row in bytes_rows}
     for name, s in hybrids.items():
         lay = s["layer_groups"]
         text = (f"{esc(name)}: KV cache groups of {lay['group_size']} layers, pages of "
                 f"{lay['page_bytes']:,} bytes ({lay['num_pages']:,} of them), attention blocks "
                 f"of {lay['attention_block_size']} tokens, one slot = {s['slot_bytes']:,} bytes")
-        if base is not None and allocated.get("paged") and name in allocated:
-            text += (f"; it holds {fmt(allocated[name])} GiB of KV on average against paged's "
-                     f"{fmt(allocated['paged'])} GiB, page padding "
-                     f"{fmt(s['memory'].get('internal_page_padding_pct'))}% of its pool")
+        if base is not None and per_seq.get("paged") and per_seq.get(name):
+            text += (f"; a running sequence holds {fmt(per_seq[name])} GiB of KV on average "
+                     f"against paged's {fmt(per_seq['paged'])} GiB "
+                     f"({fmt(per_seq['paged'] / per_seq[name])}x less)")
+        text += f"; page padding takes {fmt(s['memory'].get('internal_page_padding_pct'))}% of its pool"
         parts.append(f"<p class='layer-groups'>{text}.</p>")
     header, rows = group_rows(hybrids)
     parts.append(table(header, rows, text_columns=(0, 1, 3), css_id="layer-group-table"))
