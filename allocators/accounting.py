@@ -141,3 +141,45 @@ class ExtentLedger:
         self.final -= final
         self.reservation -= reservation
         self.taken -= taken
+
+
+class KindLedger:
+    """One layer kind of a hybrid manager (``paged_hybrid``): the blocks its KV cache
+    groups hold (counted per group: they move in lockstep), their partial last blocks,
+    and what a block counts for, in units.
+
+    ``tokens_per_block`` None: a linear kind, whose block is a state page (all token
+    states but for its padding)."""
+
+    __slots__ = ("tokens_per_block", "token_units", "padding_units", "partial", "blocks", "peak")
+
+    def __init__(self, tokens_per_block: int | None, token_units: int, padding_units: int) -> None:
+        self.tokens_per_block = tokens_per_block
+        self.token_units = token_units  # units of one token (attention) or the state (linear)
+        self.padding_units = padding_units  # units of a block (all groups) nothing fills
+        self.partial = PartialBlockLedger(tokens_per_block or 1)
+        self.blocks = 0  # blocks in use (ref > 0) of each group of the kind
+        self.peak = 0
+
+    def take(self, blocks: int) -> None:
+        self.blocks += blocks
+        self.peak = max(self.peak, self.blocks)
+
+    def add_tail(self, block: int, num_tokens: int, final_len: int) -> None:
+        """A sequence of ``num_tokens`` whose last block is ``block`` (if partly filled)."""
+        t = self.tokens_per_block
+        if t is not None and num_tokens % t:
+            self.partial.add_owner(block, num_tokens % t, min(t, final_len - num_tokens // t * t))
+
+    def remove_tail(self, block: int, num_tokens: int, final_len: int) -> None:
+        t = self.tokens_per_block
+        if t is not None and num_tokens % t:
+            self.partial.remove_owner(block, num_tokens % t, min(t, final_len - num_tokens // t * t))
+
+    def slots(self) -> tuple[int, int, int, int]:
+        """(token_states, reserved, rounding, page padding) in units."""
+        units, padding = self.token_units, self.blocks * self.padding_units
+        if self.tokens_per_block is None:
+            return self.blocks * units, 0, 0, padding
+        tokens, empty, beyond = self.partial.slots(self.blocks * self.tokens_per_block)
+        return tokens * units, empty * units, beyond * units, padding

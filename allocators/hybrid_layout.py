@@ -1,4 +1,5 @@
-"""Page unification for the hybrid KV manager: KV cache groups, page bytes, the unit.
+"""The hybrid KV manager's arithmetic: KV cache groups, unified pages, the accounting
+unit, and the prefix every group can serve.
 
 Modelled on vLLM v1's ``_get_kv_cache_groups_uniform_page_size`` (kv_cache_utils.py) and
 its rule for mamba hybrids (the attention block size is raised so a page holds the state):
@@ -21,13 +22,20 @@ its rule for mamba hybrids (the attention block size is raised so a page holds t
 
 Kinds of the same spec (every group of one kind has the same tokens per block and
 window) move in lockstep, so the manager keeps one ``KindLayout`` per kind.
+
+The common prefix hit (``common_hit``) is vLLM's ``HybridKVCacheCoordinator.
+find_longest_cache_hit``: each attention kind answers the longest hit up to the current
+length (``kind_hit``), repeated until no kind shortens it. A full or MLA kind needs every
+block of the prefix cached; a sliding kind only the ``ceil((W - 1) / b)`` blocks before the
+hit's end, the keys the next query reads (vLLM's right-to-left scan in
+``SlidingWindowManager.find_longest_cache_hit``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from harness.model_layers import LayerGroup
 
@@ -68,6 +76,14 @@ class KindLayout:
     def content_bytes(self) -> int:
         """Bytes of one token (attention) or of the state (linear) over all its groups."""
         return self.layer_bytes * sum(self.group_layers)
+
+    def first_live(self, computed: int) -> int:
+        """The first block a query at position ``computed`` may read: a sliding kind's query
+        sees ``computed - W + 1 .. computed`` (vLLM's ``get_num_skipped_tokens``), so the
+        blocks wholly before it are dead; 0 for every other kind."""
+        if self.kind != "sliding":
+            return 0
+        return max(0, computed - self.window + 1) // self.tokens_per_block
 
     def peak_blocks(self, prompt_len: int, final_len: int) -> int:
         """The most blocks (per KV cache group) one sequence holds at any step: a linear
@@ -151,3 +167,35 @@ def build_layout(groups: Sequence[LayerGroup], block_size: int, pool_bytes: int,
                     *(k.content_bytes for k in kinds))
     return HybridLayout(size, block_size, tokens, layer_page, page, pool_bytes // page, unit,
                         tuple(kinds))
+
+
+def kind_hit(kind: KindLayout, limit: int, cached: Callable[[int], bool]) -> int:
+    """The longest prompt prefix of at most ``limit`` tokens this attention kind serves;
+    ``cached(j)``: block ``j`` is cached in every group of the kind."""
+    t = kind.tokens_per_block
+    blocks = limit // t
+    if kind.kind != "sliding":
+        return next((j for j in range(blocks) if not cached(j)), blocks) * t
+    need = -(-(kind.window - 1) // t)  # blocks of the W - 1 keys the next query reads
+    run = 0
+    for j in range(blocks - 1, -1, -1):  # right to left
+        if not cached(j):
+            run = 0
+            continue
+        run += 1
+        if run >= need:
+            return (j + need) * t
+    return (run if need else blocks) * t  # a prefix shorter than the window: all its blocks
+
+
+def common_hit(kinds: Sequence[KindLayout], limit: int, cached: Callable[[int, int], bool]) -> int:
+    """The longest prefix of at most ``limit`` tokens every attention kind serves;
+    ``cached(i, j)``: block ``j`` of kind ``i`` is cached in every group of it."""
+    hit = limit
+    while True:
+        before = hit
+        for i, kind in enumerate(kinds):
+            if kind.tokens_per_block is not None:
+                hit = kind_hit(kind, hit, lambda j, i=i: cached(i, j))
+        if hit == before:
+            return hit

@@ -254,6 +254,7 @@ MODELS = {
     "sliding+full": sliding_full(window=6, sliding_layers=3, full_layers=2),  # groups 2+1, 2
     "linear+full": (LayerGroup("linear", 2, 0, state_bytes=2 * 40), LayerGroup("full", 1, 8)),
     "sliding": (LayerGroup("sliding", 2, 16, window=5),),
+    "window1+full": sliding_full(window=1),  # a query sees only its own token
 }
 
 
