@@ -337,3 +337,15 @@ def test_a_torch_run_is_refused_before_any_system_runs():
     system = SystemSpec(name="paged_hybrid", kind="paged_hybrid", prefix_caching=True, block_size=16)
     with pytest.raises(ConfigError, match="paged_hybrid"):
         check_systems_for_engine([system], EngineSpec(executor="torch"))
+
+
+def test_results_weight_each_kinds_blocks_by_step_duration():
+    import pandas as pd
+
+    from harness.metrics import layer_group_summary
+
+    steps = pd.DataFrame({"duration_s": [1.0, 3.0], "layer_group0_blocks": [2, 6],
+                          "layer_group1_blocks": [4, 4]})
+    report = {"group_size": 1, "kinds": [{"kind": "sliding"}, {"kind": "full"}]}
+    kinds = layer_group_summary(report, steps)["kinds"]
+    assert [k["mean_blocks"] for k in kinds] == [(2 * 1 + 6 * 3) / 4, 4.0]
