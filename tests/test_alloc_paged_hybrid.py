@@ -264,8 +264,17 @@ class HybridMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.m = hybrid(self.groups, 2, num_pages=40)
+        self.twin = hybrid(self.groups, 2, num_pages=40)  # told longer final lengths
         self.seqs: dict[int, dict] = {}
         self.next_id = 0
+
+    def both(self, op, *args, final_at=None):
+        """``op`` on the manager and on its twin (argument ``final_at``, the final length, 3
+        longer): final_len is an accounting input, so every allocation must agree."""
+        result = getattr(self.m, op)(*args)
+        twin_args = [a + 3 if i == final_at else a for i, a in enumerate(args)]
+        assert getattr(self.twin, op)(*twin_args) == result, f"{op} depends on final_len"
+        return result
 
     @rule(data=st.data())
     def admit(self, data):
@@ -274,8 +283,8 @@ class HybridMachine(RuleBasedStateMachine):
         prompt = prompt or [0]
         final = len(prompt) + data.draw(st.integers(0, 12))
         num = data.draw(st.integers(1, len(prompt)))
-        can = self.m.can_admit(prompt, final, num)
-        got = self.m.admit(self.next_id, prompt, final, num)
+        can = self.both("can_admit", prompt, final, num, final_at=1)
+        got = self.both("admit", self.next_id, prompt, final, num, final_at=2)
         assert (got is not None) == can
         if got is not None:
             self.seqs[self.next_id] = {"n": max(num, got.num_cached_tokens), "final": final,
@@ -289,7 +298,7 @@ class HybridMachine(RuleBasedStateMachine):
         s = self.seqs[sid]
         k = data.draw(st.integers(1, min(4, s["final"] - s["n"])))
         tokens = (s["prompt"][s["n"]:] + [0] * k)[:k]
-        if self.m.append(sid, tokens) is not None:
+        if self.both("append", sid, tokens) is not None:
             s["n"] += k
 
     @precondition(lambda self: self.seqs)
@@ -297,7 +306,7 @@ class HybridMachine(RuleBasedStateMachine):
     def fork(self, data):
         parent = data.draw(st.sampled_from(sorted(self.seqs)))
         p = self.seqs[parent]
-        if self.m.fork(parent, self.next_id, p["final"]) is not None:
+        if self.both("fork", parent, self.next_id, p["final"], final_at=2) is not None:
             self.seqs[self.next_id] = dict(p)
         self.next_id += 1
 
@@ -305,7 +314,7 @@ class HybridMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def free(self, data):
         sid = data.draw(st.sampled_from(sorted(self.seqs)))
-        self.m.free(sid)
+        self.both("free", sid)
         del self.seqs[sid]
 
     @invariant()
