@@ -216,8 +216,17 @@ class HybridKVCacheManager:
             data = s.tokens[kt.keyed * t:(kt.keyed + count) * t].tobytes()
             keys = chain_keys(kt.last_key, data, 0, count, 4 * t)
             start = kt.keyed - kt.first
-            for g, table in zip(k.group_ids, kt.tables):
-                self.pool.register_many(table[start:start + count], [group_key(key, g) for key in keys])
+            salted = [[group_key(key, g) for key in keys] for g in k.group_ids]
+            # NOTE: a block is registered in every group of its kind or in none (a key some
+            # group still holds stays that block's): a hit's blocks then share ref counts
+            free = [all(b is None for b in found)
+                    for found in zip(*map(self.pool.lookup_many, salted))] if len(salted) > 1 else None
+            for g_keys, table in zip(salted, kt.tables):
+                blocks = table[start:start + count]
+                if free is not None:
+                    blocks = [b for b, ok in zip(blocks, free) if ok]
+                    g_keys = [key for key, ok in zip(g_keys, free) if ok]
+                self.pool.register_many(blocks, g_keys)
             kt.keyed, kt.last_key = kt.keyed + count, keys[-1]
             self._registered += count
 

@@ -358,3 +358,20 @@ def test_results_weight_each_kinds_blocks_by_step_duration():
     report = {"group_size": 1, "kinds": [{"kind": "sliding"}, {"kind": "full"}]}
     kinds = layer_group_summary(report, steps)["kinds"]
     assert [k["mean_blocks"] for k in kinds] == [(2 * 1 + 6 * 3) / 4, 4.0]
+
+
+def test_a_block_is_cached_in_every_group_of_its_kind_or_in_none():
+    # two full groups (ids 0, 1) and a sliding one, one token a block, 24 pages
+    groups = (LayerGroup("full", 2, 16), LayerGroup("sliding", 1, 8, window=1000))
+    m = hybrid(groups, 1, num_pages=24)
+    m.admit(0, list(range(1, 9)), 8, 8)  # C: full 0-7 and 8-15, sliding 16-23
+    m.free(0)  # queue: 7..0 | 15..8 | 23..16
+    m.admit(1, [90, 91, 92, 93], 4, 4)  # pops 7..0 and 15..12: group 0 loses all of C
+    m.admit(2, [1], 1, 1)  # pops 11, 10, 9: group 1 still holds C's block 0 (page 8)
+    # group 0's key of block 0 is free, group 1's is page 8's: the new block is cached in
+    # neither, so no prompt can take page 11 in one group and page 8 in the other
+    assert m.cached_prefix_tokens([1, 60]) == 0
+    m.admit(3, [1, 60], 2, 2)
+    token_bytes, padding = reference_breakdown(m, {1: 4, 2: 1, 3: 2})
+    b = m.breakdown(False)
+    assert (b.token_states * m.slot_bytes, b.internal_page_padding * m.slot_bytes) == (token_bytes, padding)
