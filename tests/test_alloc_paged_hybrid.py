@@ -375,3 +375,35 @@ def test_a_block_is_cached_in_every_group_of_its_kind_or_in_none():
     token_bytes, padding = reference_breakdown(m, {1: 4, 2: 1, 3: 2})
     b = m.breakdown(False)
     assert (b.token_states * m.slot_bytes, b.internal_page_padding * m.slot_bytes) == (token_bytes, padding)
+
+
+def test_an_engine_run_on_a_sliding_hybrid_accounts_every_step():
+    from harness.config import ModelSpec
+    from harness.engine.engine import run_engine
+    from harness.engine.executors import make_executor
+    from harness.engine.scheduler import Scheduler
+    from harness.systems import build_manager
+    from tests.engine_helpers import HARDWARE, engine_spec
+
+    local = ModelSpec(name="local", num_layers=6, hidden_size=64, num_heads=4, num_kv_heads=2,
+                      head_dim=16, intermediate_size=128, vocab_size=1000, max_context=4096,
+                      architecture="gemma3", sliding_window=64,
+                      layer_pattern=("sliding", "sliding", "full"))
+    system = SystemSpec(name="paged_hybrid", kind="paged_hybrid", prefix_caching=True, block_size=16)
+    spec = engine_spec(kv_capacity_slots=1024)
+    requests = make_requests([(int(p), int(o)) for p, o in
+                              np.random.default_rng(5).integers(1, 400, size=(30, 2))],
+                             gap=0.002, prefix=np.arange(40, dtype=np.int32))
+    manager = build_manager(system, 1024, local, spec, 4096)
+    executor = make_executor(spec, system, local, HARDWARE, manager)
+    result = run_engine(requests, Scheduler(manager, spec), executor, spec, max_model_len=4096)
+    steps = result.recorder.step_table()
+    categories = ["token_states", "reserved", "internal_over_reservation", "internal_rounding",
+                  "internal_page_padding", "external_fragmentation", "idle"]
+    assert (steps[categories].sum(axis=1) == manager.capacity_slots).all()
+    blocks = steps["layer_group0_blocks"] + steps["layer_group1_blocks"]  # sliding, full
+    assert (steps["allocated_slots"] == blocks * manager.layout.page_units).all()
+    # 4 sliding layers in 2 KV cache groups, 2 full in one: a window keeps no more than all
+    assert (steps["layer_group0_blocks"] <= 2 * steps["layer_group1_blocks"]).all()
+    assert (result.recorder.request_table()["status"] == "finished").all()
+    assert result.scheduler.num_preemptions > 0 and result.scheduler.prompt_tokens_cached > 0
