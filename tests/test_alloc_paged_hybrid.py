@@ -407,3 +407,27 @@ def test_an_engine_run_on_a_sliding_hybrid_accounts_every_step():
     assert (steps["layer_group0_blocks"] <= 2 * steps["layer_group1_blocks"]).all()
     assert (result.recorder.request_table()["status"] == "finished").all()
     assert result.scheduler.num_preemptions > 0 and result.scheduler.prompt_tokens_cached > 0
+
+
+def test_the_report_compares_the_kv_a_running_sequence_holds():
+    from reports.layer_groups import layer_group_parts
+
+    def system(capacity, slot_bytes, usage_pct, batch, padding_slots, groups=None):
+        memory = {"capacity_slots": capacity, "block_level_usage_pct": usage_pct,
+                  "internal_page_padding_pct": 100.0 * padding_slots / capacity,
+                  "mean_slots": {"token_states": 0.0, "internal_page_padding": padding_slots}}
+        return {"memory": memory, "slot_bytes": slot_bytes, "batch": {"mean_seqs": batch},
+                **({"layer_groups": groups} if groups else {})}
+
+    groups = {"group_size": 10, "page_bytes": 2**20, "num_pages": 64, "attention_block_size": 16,
+              "kinds": [{"kind": "sliding", "kv_cache_groups": 6, "layers": 52, "padding_layers": 8,
+                         "tokens_per_block": 16, "window": 1024, "peak_blocks": 9, "mean_blocks": 4.5,
+                         "window_freed_blocks": 3, "prefix_hit_blocks": 2}]}
+    # both pools 64 GiB; paged: half of it over 2 sequences (16 GiB each); the hybrid: a
+    # quarter over 4 (4 GiB each, 4x less), 1 GiB of it padding (1/64 of the pool)
+    systems = {"paged": system(2**16, 2**20, 50.0, 2.0, 0.0),
+               "paged_hybrid": system(2**22, 2**14, 25.0, 4.0, 2**16, groups)}
+    text = "".join(layer_group_parts(systems))
+    assert "holds 4.00 GiB of KV on average against paged's 16.00 GiB (4.00x less)" in text
+    assert "page padding takes 1.56% of its pool" in text
+    assert "52 + 8" in text and layer_group_parts({"paged": systems["paged"]}) == []
