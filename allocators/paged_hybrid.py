@@ -266,7 +266,7 @@ class HybridKVCacheManager:
         if new + taken > self.pool.num_free:
             return None
         pool = self.pool
-        for ledger, (_, blocks), i in zip(self._ledgers, plans, range(len(plans))):
+        for i, (ledger, (_, blocks)) in enumerate(zip(self._ledgers, plans)):
             ledger.take(gather(pool.ref_cnt, blocks[0]).count(0))  # NOTE: before touching them
             self._hit_blocks[i] += sum(map(len, blocks))
             for b in blocks:
