@@ -72,6 +72,17 @@ def test_qwen3_next_attention_block_is_raised_so_a_page_holds_the_state():
     assert layout.padding_units(linear) * layout.unit_bytes == 3 * 12 * (544 * token - state)
 
 
+def test_a_kind_with_fewer_bytes_a_token_keeps_the_floor_of_the_page():
+    # full layers 8 bytes a token, sliding 6: a layer page is 4 x 8 = 32 bytes, which holds
+    # floor(32 / 6) = 5 sliding tokens and leaves 2 bytes; unit gcd(32, 8, 6) = 2 bytes
+    layout = build_layout((LayerGroup("sliding", 1, 6, window=8), LayerGroup("full", 1, 8)),
+                          4, 0, 1024)
+    sliding, full = layout.kinds
+    assert (sliding.tokens_per_block, full.tokens_per_block) == (5, 4)
+    assert layout.unit_bytes == 2 and layout.padding_units(sliding) * 2 == 2
+    assert layout.padding_units(full) == 0
+
+
 def test_uniform_model_unit_is_bytes_per_slot():
     for name in ("llama-3.1-8b", "mistral-7b", "deepseek-v3"):
         spec = model(name)
@@ -255,6 +266,9 @@ MODELS = {
     "linear+full": (LayerGroup("linear", 2, 0, state_bytes=2 * 40), LayerGroup("full", 1, 8)),
     "sliding": (LayerGroup("sliding", 2, 16, window=5),),
     "window1+full": sliding_full(window=1),  # a query sees only its own token
+    # 5 bytes a sliding token, 8 a full one: 3 and 2 tokens a 16-byte page (prefix hits
+    # must end on both kinds' blocks)
+    "floor": (LayerGroup("sliding", 1, 5, window=7), LayerGroup("full", 1, 8)),
 }
 
 
