@@ -1,5 +1,5 @@
-"""The hybrid KV manager's arithmetic: KV cache groups, unified pages, the accounting
-unit, and the prefix every group can serve.
+"""The hybrid KV manager's KV cache groups: their unified pages, the accounting unit, and
+the prefix cache they share (the prefix every group can serve).
 
 Modelled on vLLM v1's ``_get_kv_cache_groups_uniform_page_size`` (kv_cache_utils.py) and
 its rule for mamba hybrids (the attention block size is raised so a page holds the state):
@@ -35,9 +35,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from harness.model_layers import LayerGroup
+from allocators.block_pool import BlockPool
+from allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys
+
+if TYPE_CHECKING:  # NOTE: allocators import from harness only its shared modules
+    from harness.model_layers import LayerGroup
 
 GROUP_SIZE_RATIO = 1.25  # vLLM: use the most layers when every kind is within this ratio
 
@@ -199,3 +203,72 @@ def common_hit(kinds: Sequence[KindLayout], limit: int, cached: Callable[[int, i
                 hit = kind_hit(kind, hit, lambda j, i=i: cached(i, j))
         if hit == before:
             return hit
+
+
+def group_key(key: int, group_id: int) -> int:
+    """A block's cache key in one KV cache group (the chain key salted with the group)."""
+    return (key * MUL + group_id + 1) & MASK
+
+
+class GroupPrefixCache:
+    """The KV cache groups' prefix cache over one ``BlockPool``: keys salted per group, the
+    common hit (memoised until the pool evicts or a block is registered), and
+    registration in every group of a kind or in none (a key some group still holds stays
+    that block's), so a hit's blocks across a kind's groups share their ref counts."""
+
+    def __init__(self, pool: BlockPool, kinds: Sequence[KindLayout], enabled: bool) -> None:
+        self.pool, self.kinds, self.enabled = pool, kinds, enabled
+        self._attention = [i for i, k in enumerate(kinds) if k.tokens_per_block is not None]
+        self._registered = 0  # registrations so far: with num_evictions, the memo's validity
+        self._memo: tuple | None = None  # (prompt bytes, pool state, hit tokens)
+        self._prompts: dict[int, PromptKeys] = {}  # tokens per block -> the last prompt's chain
+
+    def prompt_keys(self, data: bytes, tokens_per_block: int) -> PromptKeys:
+        prompt = self._prompts.get(tokens_per_block)
+        if prompt is None or prompt.data != data:
+            prompt = self._prompts[tokens_per_block] = PromptKeys(data, 4 * tokens_per_block)
+        return prompt
+
+    def cached(self, kind_index: int, key: int) -> list[int] | None:
+        """The block of ``key`` in every group of the kind, or None if one lacks it."""
+        blocks = self.pool.lookup_many([group_key(key, g) for g in self.kinds[kind_index].group_ids])
+        return None if None in blocks else blocks
+
+    def hit_tokens(self, data: bytes) -> int:
+        """The longest prompt prefix every group serves (at most len - 1 tokens)."""
+        if not self.enabled:
+            return 0
+        state = (self.pool.num_evictions, self._registered)
+        if self._memo is not None and self._memo[1] == state and self._memo[0] == data:
+            return self._memo[2]
+        limit = len(data) // 4 - 1
+        keys = {i: self.prompt_keys(data, self.kinds[i].tokens_per_block).keys(
+            0, limit // self.kinds[i].tokens_per_block) for i in self._attention}
+        hit = common_hit(self.kinds, limit, lambda i, j: self.cached(i, keys[i][j]) is not None)
+        self._memo = (data, state, hit)
+        return hit
+
+    def register(self, tables: Sequence, tokens: Sequence[int], upto: int) -> None:
+        """Key and register the blocks ``upto`` tokens fill in each attention kind's groups;
+        ``tables[i]``: the sequence's tables of kind ``i`` (``tables``, ``first``, ``keyed``,
+        ``last_key``, updated), ``tokens``: its tokens (an ``array("i")``)."""
+        for i in self._attention:
+            k, kt = self.kinds[i], tables[i]
+            t = k.tokens_per_block
+            count = upto // t - kt.keyed
+            if count <= 0:
+                continue
+            keys = chain_keys(kt.last_key, tokens[kt.keyed * t:(kt.keyed + count) * t].tobytes(),
+                              0, count, 4 * t)
+            start = kt.keyed - kt.first
+            salted = [[group_key(key, g) for key in keys] for g in k.group_ids]
+            free = [all(b is None for b in found)
+                    for found in zip(*map(self.pool.lookup_many, salted))] if len(salted) > 1 else None
+            for g_keys, table in zip(salted, kt.tables):
+                blocks = table[start:start + count]
+                if free is not None:
+                    blocks = [b for b, ok in zip(blocks, free) if ok]
+                    g_keys = [key for key, ok in zip(g_keys, free) if ok]
+                self.pool.register_many(blocks, g_keys)
+            kt.keyed, kt.last_key = kt.keyed + count, keys[-1]
+            self._registered += count

@@ -36,14 +36,9 @@ from typing import Sequence
 from allocators.accounting import KindLedger, make_breakdown
 from allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
 from allocators.block_pool import BlockPool, gather
-from allocators.hybrid_layout import HybridLayout, LayoutError, build_layout, common_hit
-from allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys, extend_tokens, token_bytes
+from allocators.hybrid_layout import GroupPrefixCache, HybridLayout, LayoutError, build_layout
+from allocators.prefix_keys import extend_tokens, token_bytes
 from harness.errors import ConfigError
-
-
-def group_key(key: int, group_id: int) -> int:
-    """A block's cache key in one KV cache group (the chain key salted with the group)."""
-    return (key * MUL + group_id + 1) & MASK
 
 
 class _Tables:
@@ -131,9 +126,7 @@ class HybridKVCacheManager:
         self._hit_blocks = [0] * len(kinds)  # blocks (all groups) reused from the cache
         self._seqs: dict[int, _Seq] = {}
         self._logical = 0
-        self._registered = 0  # registrations so far: with num_evictions, the memo's validity
-        self._memo: tuple | None = None  # (prompt bytes, pool state, hit tokens)
-        self._prompts: dict[int, PromptKeys] = {}  # tokens per block -> the last prompt's chain
+        self.cache = GroupPrefixCache(self.pool, kinds, self.enable_prefix_caching)
 
     # ---------------------------------------------------------------- queries
     def _get(self, seq_id: int) -> _Seq:
@@ -176,72 +169,21 @@ class HybridKVCacheManager:
         page, unit = self.layout.page_units, self.layout.units(k.layer_bytes * k.group_layers[0])
         return [kt.tables[0][p // t - kt.first] * page + p % t * unit for p in range(start, end)]
 
-    # ----------------------------------------------------------- prefix cache
-    def _prompt_keys(self, data: bytes, tokens_per_block: int) -> PromptKeys:
-        prompt = self._prompts.get(tokens_per_block)
-        if prompt is None or prompt.data != data:
-            prompt = self._prompts[tokens_per_block] = PromptKeys(data, 4 * tokens_per_block)
-        return prompt
-
-    def _cached(self, kind_index: int, key: int) -> list[int] | None:
-        """The block of ``key`` in every group of the kind, or None if one lacks it."""
-        blocks = self.pool.lookup_many([group_key(key, g) for g in self.kinds[kind_index].group_ids])
-        return None if None in blocks else blocks
-
-    def _hit_tokens(self, data: bytes) -> int:
-        """The longest prompt prefix every group serves (at most len - 1 tokens)."""
-        if not self.enable_prefix_caching:
-            return 0
-        state = (self.pool.num_evictions, self._registered)
-        if self._memo is not None and self._memo[1] == state and self._memo[0] == data:
-            return self._memo[2]
-        limit = len(data) // 4 - 1
-        keys = {i: self._prompt_keys(data, self.kinds[i].tokens_per_block).keys(
-            0, limit // self.kinds[i].tokens_per_block) for i in self._attention}
-        hit = common_hit(self.kinds, limit, lambda i, j: self._cached(i, keys[i][j]) is not None)
-        self._memo = (data, state, hit)
-        return hit
-
     def cached_prefix_tokens(self, prompt_token_ids: Sequence[int]) -> int:
-        return self._hit_tokens(token_bytes(prompt_token_ids))
-
-    def _register(self, s: _Seq, upto: int) -> None:
-        """Key and register each attention group's blocks that ``upto`` tokens fill."""
-        for i in self._attention:
-            k, kt = self.kinds[i], s.kinds[i]
-            t = k.tokens_per_block
-            count = upto // t - kt.keyed
-            if count <= 0:
-                continue
-            data = s.tokens[kt.keyed * t:(kt.keyed + count) * t].tobytes()
-            keys = chain_keys(kt.last_key, data, 0, count, 4 * t)
-            start = kt.keyed - kt.first
-            salted = [[group_key(key, g) for key in keys] for g in k.group_ids]
-            # NOTE: a block is registered in every group of its kind or in none (a key some
-            # group still holds stays that block's): a hit's blocks then share ref counts
-            free = [all(b is None for b in found)
-                    for found in zip(*map(self.pool.lookup_many, salted))] if len(salted) > 1 else None
-            for g_keys, table in zip(salted, kt.tables):
-                blocks = table[start:start + count]
-                if free is not None:
-                    blocks = [b for b, ok in zip(blocks, free) if ok]
-                    g_keys = [key for key, ok in zip(g_keys, free) if ok]
-                self.pool.register_many(blocks, g_keys)
-            kt.keyed, kt.last_key = kt.keyed + count, keys[-1]
-            self._registered += count
+        return self.cache.hit_tokens(token_bytes(prompt_token_ids))
 
     # ----------------------------------------------------------- life cycle
     def _admission(self, data: bytes, num_tokens: int) -> tuple:
         """(hit tokens, tokens held, per kind (first live block, hit blocks per group), new
         blocks, hit blocks that leave the free queue). Changes nothing."""
-        hit = self._hit_tokens(data)
+        hit = self.cache.hit_tokens(data)
         n = max(num_tokens, hit)
         plans, new, taken = [], 0, 0
         for i, k in enumerate(self.kinds):
             t = k.tokens_per_block
             first = k.first_live(hit) if t else 0
-            keys = self._prompt_keys(data, t).keys(first, hit // t) if t and hit else []
-            blocks = [list(b) for b in zip(*(self._cached(i, key) for key in keys))] or [
+            keys = self.cache.prompt_keys(data, t).keys(first, hit // t) if t and hit else []
+            blocks = [list(b) for b in zip(*(self.cache.cached(i, key) for key in keys))] or [
                 [] for _ in k.group_ids]
             taken += sum(gather(self.pool.ref_cnt, b).count(0) for b in blocks)
             plans.append((first, blocks))
@@ -278,14 +220,14 @@ class HybridKVCacheManager:
             tables = [b + pool.allocate(grow) for b in blocks]
             ledger.take(grow)
             keyed = hit // t if t else 0
-            last_key = self._prompt_keys(data, t).keys(keyed - 1, keyed)[0] if keyed else 0
+            last_key = self.cache.prompt_keys(data, t).keys(keyed - 1, keyed)[0] if keyed else 0
             kinds.append(_Tables(tables, first, keyed, last_key))
             if tables[0]:  # NOTE: empty only for a window of 1 token and a hit of whole blocks
                 ledger.add_tail(tables[0][-1], n, final_len)
         s = self._seqs[seq_id] = _Seq(n, final_len, kinds, array("i"))
         if self.enable_prefix_caching:
             s.tokens.frombytes(data[:4 * n])
-            self._register(s, n)
+            self.cache.register(s.kinds, s.tokens, n)
         self._logical += self._seq_units(s)
         self.stats.prefix_queried_tokens += prompt_len
         self.stats.prefix_hit_tokens += hit
@@ -322,7 +264,7 @@ class HybridKVCacheManager:
         self._logical += k * self._decode_units
         if self.enable_prefix_caching:
             extend_tokens(s.tokens, token_ids)
-            self._register(s, new_n)
+            self.cache.register(s.kinds, s.tokens, new_n)
         return copies
 
     def _grow(self, s: _Seq, i: int, new_n: int, skip: int, cow: int, grow: int,
