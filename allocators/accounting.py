@@ -13,6 +13,10 @@ owner has written the same ``fill`` tokens into it. NOTE: its fill target is the
 maximum over its owners: the last owner to write keeps the block (the others copy
 on write), and it fills the block up to its own target.
 
+Hybrid (``paged_hybrid``): one ``PartialBlockLedger`` per layer kind, in tokens of that
+kind's blocks, scaled by the units one token takes in all its KV cache groups; the part
+of each page its group cannot fill is ``internal_page_padding``.
+
 Contiguous (``ExtentLedger``). Per sequence: written slots are token_states,
 ``final_len - written`` reserved, ``reservation - final_len`` policy
 over-reservation, ``arena_taken - reservation`` allocator rounding (buddy).
@@ -35,6 +39,8 @@ def make_breakdown(
     logical_tokens: int,
     largest_free_extent: int,
     cached_free_slots: int = 0,
+    internal_page_padding: int = 0,
+    group_blocks: tuple[int, ...] = (),
 ) -> MemoryBreakdown:
     """Assemble a breakdown; free slots are external fragmentation iff ``memory_blocked``."""
     free = capacity_slots - allocated_slots
@@ -50,6 +56,8 @@ def make_breakdown(
         allocated_slots=allocated_slots,
         largest_free_extent=largest_free_extent,
         cached_free_slots=cached_free_slots,
+        internal_page_padding=internal_page_padding,
+        group_blocks=group_blocks,
     )
 
 
@@ -133,3 +141,45 @@ class ExtentLedger:
         self.final -= final
         self.reservation -= reservation
         self.taken -= taken
+
+
+class KindLedger:
+    """One layer kind of a hybrid manager (``paged_hybrid``): the blocks its KV cache
+    groups hold (counted per group: they move in lockstep), their partial last blocks,
+    and what a block counts for, in units.
+
+    ``tokens_per_block`` None: a linear kind, whose block is a state page (all token
+    states but for its padding)."""
+
+    __slots__ = ("tokens_per_block", "token_units", "padding_units", "partial", "blocks", "peak")
+
+    def __init__(self, tokens_per_block: int | None, token_units: int, padding_units: int) -> None:
+        self.tokens_per_block = tokens_per_block
+        self.token_units = token_units  # units of one token (attention) or the state (linear)
+        self.padding_units = padding_units  # units of a block (all groups) nothing fills
+        self.partial = PartialBlockLedger(tokens_per_block or 1)
+        self.blocks = 0  # blocks in use (ref > 0) of each group of the kind
+        self.peak = 0
+
+    def take(self, blocks: int) -> None:
+        self.blocks += blocks
+        self.peak = max(self.peak, self.blocks)
+
+    def add_tail(self, block: int, num_tokens: int, final_len: int) -> None:
+        """A sequence of ``num_tokens`` whose last block is ``block`` (if partly filled)."""
+        t = self.tokens_per_block
+        if t is not None and num_tokens % t:
+            self.partial.add_owner(block, num_tokens % t, min(t, final_len - num_tokens // t * t))
+
+    def remove_tail(self, block: int, num_tokens: int, final_len: int) -> None:
+        t = self.tokens_per_block
+        if t is not None and num_tokens % t:
+            self.partial.remove_owner(block, num_tokens % t, min(t, final_len - num_tokens // t * t))
+
+    def slots(self) -> tuple[int, int, int, int]:
+        """(token_states, reserved, rounding, page padding) in units."""
+        units, padding = self.token_units, self.blocks * self.padding_units
+        if self.tokens_per_block is None:
+            return self.blocks * units, 0, 0, padding
+        tokens, empty, beyond = self.partial.slots(self.blocks * self.tokens_per_block)
+        return tokens * units, empty * units, beyond * units, padding

@@ -53,6 +53,10 @@ class Capabilities:
     ``unmapped_pages``), which the scheduler puts into each step plan for the time model.
     slot_copies: its copies (fork, copy-on-write) are slot pairs even under the paged
     layout, and a forked member holds its own slots for the tokens of the chunk it joins.
+    layer_groups: it keeps KV per layer group (``LayerGroupReport``): its slot is
+    ``slot_bytes`` bytes (not the model's ``bytes_per_slot``), its breakdown's
+    ``group_blocks`` counts the blocks each layer kind holds, and
+    ``layer_group_report()`` gives its layout and per-kind counters for results.json.
     """
 
     layout: Literal["paged", "contiguous", "none"]
@@ -62,6 +66,7 @@ class Capabilities:
     knows_final_len: bool = False
     maps_pages: bool = False
     slot_copies: bool = False
+    layer_groups: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +83,8 @@ class MemoryBreakdown(NamedTuple):
     """Every slot of the pool, in exactly one category (docs/memory.md).
 
     token_states + reserved + internal_fragmentation + external_fragmentation
-    + idle == capacity_slots, always.
+    + idle == capacity_slots, always (internal_fragmentation: over-reservation, rounding
+    and page padding).
 
     NOTE: a NamedTuple (immutable like a frozen dataclass, but four times cheaper to
     build): the engine builds one per step.
@@ -89,16 +95,21 @@ class MemoryBreakdown(NamedTuple):
     reserved: int  # allocated, empty, will be filled before its sequence ends
     internal_over_reservation: int  # never filled: the policy reserved too much
     internal_rounding: int  # never filled: allocator rounding (buddy, last-block tail)
+    # NOTE: internal_page_padding (page unification, a hybrid manager's) is a field at the end
     external_fragmentation: int  # unallocated while a request waits for memory
     idle: int  # unallocated while nothing waits for memory
     logical_tokens: int  # computed tokens counted once per sequence that uses them
     allocated_slots: int  # block-level usage: slots in allocated blocks/extents
     largest_free_extent: int  # largest contiguous run of free slots a new request could use
     cached_free_slots: int = 0  # free slots still holding reusable prefix-cache KV
+    # never filled: the part of a unified page its group does not use (padding layers, a
+    # state smaller than the page, the tokens-per-block floor); 0 for one uniform page
+    internal_page_padding: int = 0
+    group_blocks: tuple[int, ...] = ()  # blocks each layer kind holds (a hybrid manager's)
 
     @property
     def internal_fragmentation(self) -> int:
-        return self.internal_over_reservation + self.internal_rounding
+        return self.internal_over_reservation + self.internal_rounding + self.internal_page_padding
 
     @property
     def free_slots(self) -> int:
@@ -223,6 +234,16 @@ class PagedBulkDecode(BatchedDecode, Protocol):
     def prefix_frontier_key(self, prompt_token_ids: Sequence[int]) -> int | None: ...
 
     def filled_block_keys(self, seq_id: int, token_ids: Sequence[int]) -> list[int]: ...
+
+
+class LayerGroupReport(Protocol):
+    """``Capabilities.layer_groups``: a manager that keeps KV per layer group."""
+
+    slot_bytes: int  # bytes of one unit of its breakdown (its capacity_slots count them)
+
+    def layer_group_report(self) -> dict:
+        """Its page layout and per-kind counters (group ``i`` of ``group_blocks`` is
+        ``kinds[i]``), JSON-ready."""
 
 
 def append_in_order(append: Callable, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],

@@ -15,11 +15,12 @@ from allocators.base import MemoryBreakdown
 STEP_COLUMNS = (
     "step", "time_s", "duration_s", "num_seqs", "num_batched_tokens", "num_prefill_tokens",
     "num_waiting", "num_preempted", "token_states", "reserved", "internal_over_reservation",
-    "internal_rounding", "external_fragmentation", "idle", "logical_tokens", "allocated_slots",
-    "largest_free_extent", "cached_free_slots",
+    "internal_rounding", "internal_page_padding", "external_fragmentation", "idle",
+    "logical_tokens", "allocated_slots", "largest_free_extent", "cached_free_slots",
 )
 MEMORY_CATEGORIES = ("token_states", "reserved", "internal_over_reservation",
-                     "internal_rounding", "external_fragmentation", "idle")
+                     "internal_rounding", "internal_page_padding", "external_fragmentation", "idle")
+INTERNAL_CATEGORIES = ("internal_over_reservation", "internal_rounding", "internal_page_padding")
 REQUEST_COLUMNS = (
     "request_id", "name", "arrival_s", "first_token_s", "finish_s", "prompt_len", "output_len",
     "num_seqs", "cached_tokens", "preemptions", "swaps", "status",
@@ -41,6 +42,9 @@ class RunRecorder:
     # Columns after STEP_COLUMNS, one value per step: the operator cost model's seconds per
     # phase (``<phase>_s``, harness.engine.cost_operator.PHASES), set after the run
     extra: dict[str, list] = field(default_factory=dict)
+    # Each step's ``MemoryBreakdown.group_blocks`` (a hybrid manager's blocks per layer kind;
+    # nothing for the others): columns ``layer_group<i>_blocks`` of the step table
+    group_blocks: list[tuple[int, ...]] = field(default_factory=list)
     # NOTE: each column's bound ``append``, in STEP_COLUMNS order: ``record_step`` runs once
     # per scheduled step (the columns are appended in place, never replaced)
     _appends: list = field(init=False, repr=False, compare=False)
@@ -55,6 +59,8 @@ class RunRecorder:
                num_prefill_tokens, num_waiting, num_preempted, *_memory_row(memory))
         for append, value in zip(self._appends, row):
             append(value)
+        if memory.group_blocks:
+            self.group_blocks.append(memory.group_blocks)
 
     def record_request(self, row: tuple) -> None:
         self.requests.append(row)
@@ -72,6 +78,12 @@ class RunRecorder:
         # NOTE: numpy converts the lists ~10x faster than pandas does
         columns = {name: np.asarray(self.steps[name]) for name in STEP_COLUMNS}
         columns.update((name, np.asarray(values, dtype=float)) for name, values in self.extra.items())
+        if self.group_blocks:
+            if len(self.group_blocks) != len(self.steps["step"]):  # pragma: no cover - invariant
+                raise RuntimeError("group_blocks were recorded for only some steps (fast-forward "
+                                   "writes none: a layer-group manager must not declare bulk_decode)")
+            for i, values in enumerate(zip(*self.group_blocks)):
+                columns[f"layer_group{i}_blocks"] = np.asarray(values)
         return pd.DataFrame(columns)
 
     def request_table(self) -> pd.DataFrame:
@@ -100,7 +112,7 @@ def percentiles(values: np.ndarray) -> dict[str, float | None]:
 
 MEMORY_SUMMARY_KEYS = (
     "token_states_pct", "reserved_pct", "internal_fragmentation_pct", "internal_over_reservation_pct",
-    "internal_rounding_pct", "external_fragmentation_pct", "idle_pct", "block_level_usage_pct",
+    "internal_rounding_pct", "internal_page_padding_pct", "external_fragmentation_pct", "idle_pct", "block_level_usage_pct",
     "token_level_usage_pct", "mean_logical_tokens", "sharing_savings_pct",
     "mean_largest_free_extent_slots", "peak_token_states_slots")
 
@@ -131,9 +143,10 @@ def memory_summary(steps: pd.DataFrame, capacity_slots: int) -> dict:
         "capacity_slots": capacity_slots,
         "token_states_pct": _round(pct["token_states"], 4),
         "reserved_pct": _round(pct["reserved"], 4),
-        "internal_fragmentation_pct": _round(pct["internal_over_reservation"] + pct["internal_rounding"], 4),
+        "internal_fragmentation_pct": _round(sum(pct[c] for c in INTERNAL_CATEGORIES), 4),
         "internal_over_reservation_pct": _round(pct["internal_over_reservation"], 4),
         "internal_rounding_pct": _round(pct["internal_rounding"], 4),
+        "internal_page_padding_pct": _round(pct["internal_page_padding"], 4),
         "external_fragmentation_pct": _round(pct["external_fragmentation"], 4),
         "idle_pct": _round(pct["idle"], 4),
         "mean_slots": {c: _round(v, 3) for c, v in slots.items()},
@@ -145,6 +158,21 @@ def memory_summary(steps: pd.DataFrame, capacity_slots: int) -> dict:
         "peak_token_states_slots": int(steps["token_states"].max()) if len(steps) else 0,
     }
     return out
+
+
+def layer_group_summary(report: dict, steps: pd.DataFrame) -> dict:
+    """A layer-group manager's report (``LayerGroupReport.layer_group_report``) with each
+    kind's step-duration-weighted mean of the blocks it held (None without steps)."""
+    weights = steps["duration_s"].to_numpy(dtype=float) if len(steps) else np.zeros(0)
+    if weights.sum() <= 0:
+        weights = np.ones(len(steps))
+    kinds = []
+    for i, kind in enumerate(report["kinds"]):
+        column = f"layer_group{i}_blocks"
+        mean = (float((steps[column].to_numpy(dtype=float) * weights).sum() / weights.sum())
+                if len(steps) and column in steps else None)
+        kinds.append({**kind, "mean_blocks": _round(mean, 3)})
+    return {**report, "kinds": kinds}
 
 
 def serving_summary(steps: pd.DataFrame, requests: pd.DataFrame) -> dict:

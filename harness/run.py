@@ -31,7 +31,7 @@ from harness.engine.scheduler import Scheduler
 from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
-from harness.metrics import memory_summary, serving_summary
+from harness.metrics import layer_group_summary, memory_summary, serving_summary
 from harness.offload import offload_figures, offload_summary
 from harness.processes import fork_is_safe, forking, usable_cpus, worker_pool
 from harness.progress import ParallelBars, publish, shared_progress
@@ -388,7 +388,7 @@ def _run_system(system: SystemSpec, context: RunContext, show_progress: bool,
     steps, requests = run.recorder.step_table(), run.recorder.request_table()
     write_table(c.out_dir / f"steps_{system.name}.csv", steps)
     write_table(c.out_dir / f"requests_{system.name}.csv", requests)
-    return SystemOutcome(system, _system_summary(system, run, steps, requests), len(steps),
+    return SystemOutcome(system, _system_summary(system, run, steps, requests, c.model), len(steps),
                          run.wall_time_s, run.telemetry_rows)
 
 
@@ -452,16 +452,22 @@ def _workload_notes(rows: dict, max_model_len: int) -> list[str]:
 
 
 def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
-                    requests: pd.DataFrame) -> dict:
+                    requests: pd.DataFrame, model: ModelSpec) -> dict:
     """The system's entry in results.json, from its run and its step and request tables."""
     scheduler = run.scheduler
     serving = serving_summary(steps, requests)
-    manager_capacity = scheduler.manager.capacity_slots
+    manager = scheduler.manager
+    manager_capacity = manager.capacity_slots
+    grouped = manager.capabilities.layer_groups
     queried = scheduler.prompt_tokens_queried
     summary = {
         "label": system.label,
         "allocator": {k: v for k, v in asdict(system).items() if v is not None},
         "memory": memory_summary(steps, manager_capacity),
+        # bytes of one slot of its memory figures (capacity_slots x slot_bytes = its pool)
+        "slot_bytes": manager.slot_bytes if grouped else model.bytes_per_slot,
+        **({"layer_groups": layer_group_summary(manager.layer_group_report(), steps)}
+           if grouped else {}),
         **serving,
         "preemptions": scheduler.num_preemptions,
         "swaps": scheduler.num_swaps,

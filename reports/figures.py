@@ -25,6 +25,7 @@ CATEGORY_COLORS = {
     "reserved": "#9ccc65",
     "internal_over_reservation": "#ef6c00",
     "internal_rounding": "#ffb74d",
+    "internal_page_padding": "#8d6e63",
     "external_fragmentation": "#c62828",
     "idle": "#bdbdbd",
 }
@@ -33,6 +34,7 @@ CATEGORY_LABELS = {
     "reserved": "reserved (will be filled)",
     "internal_over_reservation": "internal: over-reservation",
     "internal_rounding": "internal: allocator rounding",
+    "internal_page_padding": "internal: page padding (unified pages)",
     "external_fragmentation": "external fragmentation",
     "idle": "idle (free, nothing waiting for memory)",
 }
@@ -122,7 +124,9 @@ def memory_timelines(steps: dict[str, pd.DataFrame], capacity: dict[str, int]) -
                              squeeze=False)
     for ax, name in zip(axes[:, 0], names):
         frame = _thin(steps[name])
-        series = [100.0 * frame[c] / capacity[name] for c in CATEGORY_COLORS]
+        # NOTE: step tables written before the page-padding category lack its column
+        series = [100.0 * (frame[c] if c in frame else 0 * frame["time_s"]) / capacity[name]
+                  for c in CATEGORY_COLORS]
         ax.stackplot(frame["time_s"], *series, colors=list(CATEGORY_COLORS.values()),
                      labels=[CATEGORY_LABELS[c] for c in CATEGORY_COLORS], linewidth=0)
         ax.set_ylim(0, 100)

@@ -62,6 +62,8 @@ HEADLINE_METRICS: tuple[Metric, ...] = (
     Metric("waste_pct", "waste (% of KV memory in use)", waste_pct, "memory"),
     Metric("internal_fragmentation_pct", "internal fragmentation (% of pool)",
            lambda s: _get(s, "memory", "internal_fragmentation_pct"), "memory"),
+    Metric("internal_page_padding_pct", "page padding (% of pool; unified pages)",
+           lambda s: _get(s, "memory", "internal_page_padding_pct"), "memory"),
     Metric("external_fragmentation_pct", "external fragmentation (% of pool)",
            lambda s: _get(s, "memory", "external_fragmentation_pct"), "memory"),
     Metric("sharing_savings_pct", "sharing savings (% of logical tokens)",

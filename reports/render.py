@@ -18,6 +18,7 @@ from reports.claims import FAILS, HOLDS, evaluate_claims
 from reports.figure_batch import PendingFigure, resolve
 from reports.headline import headline_sentence, load_parts
 from reports.html import Raw, absent, esc, fmt, page, table
+from reports.layer_groups import layer_group_parts
 from reports.metrics import energy_per_token_j, waste_pct
 from reports.offload_section import offload_table
 from reports.rundata import RunData, load_run
@@ -48,7 +49,7 @@ def summary_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
 
 def memory_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
     header = ["system", "token states %", "reserved %", "internal: over-reservation %",
-              "internal: rounding %", "external frag %", "idle %", "block-level usage %",
+              "internal: rounding %", "internal: page padding %", "external frag %", "idle %", "block-level usage %",
               "token-level usage %", "sharing savings %", "prefix hit rate %",
               "mean largest free extent (slots)", "capacity (slots)"]
     rows = []
@@ -57,7 +58,7 @@ def memory_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
         hit = (s.get("prefix_cache") or {}).get("hit_rate")
         rows.append([name, m["token_states_pct"], m["reserved_pct"],
                      m.get("internal_over_reservation_pct"), m.get("internal_rounding_pct"),
-                     m["external_fragmentation_pct"], m["idle_pct"], m.get("block_level_usage_pct"),
+                     m.get("internal_page_padding_pct"), m["external_fragmentation_pct"], m["idle_pct"], m.get("block_level_usage_pct"),
                      m.get("token_level_usage_pct"), m.get("sharing_savings_pct"),
                      None if hit is None else 100.0 * hit,
                      m.get("mean_largest_free_extent_slots"), m["capacity_slots"]])
@@ -127,11 +128,12 @@ def _memory_section(run: RunData, colors: dict[str, str]) -> list[str | PendingF
         return parts + [absent("Serving memory")]
     parts.append(PendingFigure(lambda: F.breakdown_bars(systems), "memory breakdown per system",
                                "Time-averaged share of the KV pool in each category. Internal "
-                               "fragmentation is split into policy over-reservation and "
+                               "fragmentation is split into policy over-reservation, "
                                "allocator rounding (buddy power-of-two, the tail of a last "
-                               "block)."))
+                               "block) and page padding (a hybrid manager's unified pages)."))
     header, rows = memory_rows(systems)
     parts.append(table(header, rows, text_columns=(0,), css_id="memory-table"))
+    parts += layer_group_parts(systems)
     capacity = {n: systems[n]["memory"]["capacity_slots"] for n in systems}
     if steps:
         parts.append(PendingFigure(

@@ -180,7 +180,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         for blocked in (False, True):
             b = self.a.breakdown(blocked)
             parts = (b.token_states, b.reserved, b.internal_over_reservation, b.internal_rounding,
-                     b.external_fragmentation, b.idle)
+                     b.internal_page_padding, b.external_fragmentation, b.idle)
             assert min(parts) >= 0 and sum(parts) == b.capacity_slots == self.a.capacity_slots
             assert b.token_states == self.written_slots
             assert b.logical_tokens == sum(len(self.seqs[i]["tokens"]) for i in self.resident())

@@ -253,6 +253,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         num_preempted=zeros, token_states=token_states, reserved=reserved,
         internal_over_reservation=[base.internal_over_reservation] * span,
         internal_rounding=rounding,
+        internal_page_padding=[base.internal_page_padding] * span,
         external_fragmentation=free if memory_blocked else zeros,
         idle=zeros if memory_blocked else free,
         logical_tokens=logical, allocated_slots=allocated,

@@ -1,0 +1,274 @@
+"""The hybrid KV manager's KV cache groups: their unified pages, the accounting unit, and
+the prefix cache they share (the prefix every group can serve).
+
+Modelled on vLLM v1's ``_get_kv_cache_groups_uniform_page_size`` (kv_cache_utils.py) and
+its rule for mamba hybrids (the attention block size is raised so a page holds the state):
+
+- Group size ``G``: the fewest layers of any kind, or the most when every kind has fewer
+  than 1.25 times the fewest (vLLM's rule). Each kind's layers are cut into KV cache
+  groups of ``G`` layers; the last group of a kind may be short (its missing layers are
+  padding: the page is sized for ``G``).
+- One physical block of the shared pool is one page: ``G`` layer pages of ``p`` bytes.
+  Attention layers keep ``tokens_per_block`` tokens in a layer page: the configured
+  ``block_size`` for the kind with the most bytes a token and layer, raised to the
+  smallest multiple of ``block_size`` whose layer page holds a linear layer's recurrent
+  state when the model has linear layers; a kind with fewer bytes a token keeps
+  ``floor(p / its bytes)`` tokens. A linear layer's state fills part of its layer page.
+- The pool is the whole pages that fit in the bytes ``paged`` is given; what is left
+  (less than a page) is outside it, as ``paged`` leaves ``capacity mod block_size`` slots.
+- The accounting unit (``unit_bytes``, results.json's ``slot_bytes``) is the gcd of the
+  page and of every group's bytes a token (attention) or state (linear), so that every
+  category is a whole number of units; for a uniform model it is ``bytes_per_slot``.
+
+Kinds of the same spec (every group of one kind has the same tokens per block and
+window) move in lockstep, so the manager keeps one ``KindLayout`` per kind.
+
+The common prefix hit (``common_hit``) is vLLM's ``HybridKVCacheCoordinator.
+find_longest_cache_hit``: each attention kind answers the longest hit up to the current
+length (``kind_hit``), repeated until no kind shortens it. A full or MLA kind needs every
+block of the prefix cached; a sliding kind only the ``ceil((W - 1) / b)`` blocks before the
+hit's end, the keys the next query reads (vLLM's right-to-left scan in
+``SlidingWindowManager.find_longest_cache_hit``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from allocators.block_pool import BlockPool
+from allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys
+
+if TYPE_CHECKING:  # NOTE: allocators import from harness only its shared modules
+    from harness.model_layers import LayerGroup
+
+GROUP_SIZE_RATIO = 1.25  # vLLM: use the most layers when every kind is within this ratio
+
+
+class LayoutError(ValueError):
+    """A model or block size the hybrid pages cannot serve; ``key`` is the catalog key."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class KindLayout:
+    """The KV cache groups of one layer kind and how their pages are filled.
+
+    ``group_layers``: the real layers of each of its KV cache groups (``G`` each, the last
+    maybe fewer); ``group_ids``: their indices among all KV cache groups (prefix-cache keys
+    carry them, as vLLM's ``BlockHashWithGroupId``); ``layer_bytes``: bytes a token and
+    layer (attention) or a sequence's state a layer (linear); ``tokens_per_block``: None
+    for linear groups.
+    """
+
+    kind: str
+    group_layers: tuple[int, ...]
+    group_ids: tuple[int, ...]
+    layer_bytes: int
+    tokens_per_block: int | None
+    window: int | None
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.group_layers)
+
+    @property
+    def content_bytes(self) -> int:
+        """Bytes of one token (attention) or of the state (linear) over all its groups."""
+        return self.layer_bytes * sum(self.group_layers)
+
+    def first_live(self, computed: int) -> int:
+        """The first block a query at position ``computed`` may read: a sliding kind's query
+        sees ``computed - W + 1 .. computed`` (vLLM's ``get_num_skipped_tokens``), so the
+        blocks wholly before it are dead; 0 for every other kind."""
+        if self.kind != "sliding":
+            return 0
+        return max(0, computed - self.window + 1) // self.tokens_per_block
+
+    def peak_blocks(self, prompt_len: int, final_len: int) -> int:
+        """The most blocks (per KV cache group) one sequence holds at any step: a linear
+        group one state page; a sliding group at most its prompt's blocks (prefilled in
+        one step) or the W - 1 older tokens a decode step sees and its own, whichever is
+        more, and never more than a full group."""
+        if self.tokens_per_block is None:
+            return 1
+        t = self.tokens_per_block
+        every = -(-final_len // t)
+        if self.kind != "sliding":
+            return every
+        return min(every, max(-(-prompt_len // t), -(-(self.window - 1) // t) + 1))
+
+
+@dataclass(frozen=True)
+class HybridLayout:
+    """The unified pages of a model (see the module docstring)."""
+
+    group_size: int
+    block_size: int  # the configured block size
+    attention_block_size: int  # tokens a layer page of the kind with the most bytes holds
+    layer_page_bytes: int
+    page_bytes: int  # one physical block: group_size layer pages
+    num_pages: int
+    unit_bytes: int
+    kinds: tuple[KindLayout, ...]
+
+    def units(self, num_bytes: int) -> int:
+        """``num_bytes`` in accounting units (always a whole number of them)."""
+        return num_bytes // self.unit_bytes
+
+    @property
+    def page_units(self) -> int:
+        return self.page_bytes // self.unit_bytes
+
+    def padding_units(self, kind: KindLayout) -> int:
+        """Units of one block of every group of ``kind`` that hold nothing: padding layers,
+        the state's unused rest, the tokens-per-block floor."""
+        filled = kind.content_bytes * (kind.tokens_per_block or 1)
+        return (kind.num_groups * self.page_bytes - filled) // self.unit_bytes
+
+
+def group_size(layers_per_kind: Sequence[int]) -> int:
+    """vLLM's group size: the fewest layers of a kind, or the most when all are close."""
+    fewest, most = min(layers_per_kind), max(layers_per_kind)
+    return most if most < fewest * GROUP_SIZE_RATIO else fewest
+
+
+def build_layout(groups: Sequence[LayerGroup], block_size: int, pool_bytes: int,
+                 max_context: int) -> HybridLayout:
+    """The pages of a model with these layer groups (``ModelSpec.layer_groups``) in a pool
+    of ``pool_bytes``. Raises ``LayoutError`` when they cannot be unified."""
+    attention = [g for g in groups if g.kind != "linear"]
+    if not attention:
+        raise LayoutError("kind", "paged_hybrid sizes its pages by attention blocks: the model "
+                                  "has only linear layers (model.layer_pattern); use paged")
+    size = group_size([g.num_layers for g in groups])
+    per_layer = {g.kind: (g.state_bytes if g.kind == "linear" else g.bytes_per_token) // g.num_layers
+                 for g in groups}
+    widest = max(per_layer[g.kind] for g in attention)
+    tokens = block_size
+    linear = [g for g in groups if g.kind == "linear"]
+    if linear:  # NOTE: vLLM raises the attention block size until a layer page holds the state
+        state = per_layer["linear"]
+        tokens = block_size * -(-state // (widest * block_size))
+        if tokens > max_context:
+            raise LayoutError("block_size", f"a linear layer's state ({state:,} bytes) needs "
+                              f"attention blocks of {tokens:,} tokens, more than the model's "
+                              f"context ({max_context:,}); paged_hybrid cannot unify its pages")
+    layer_page = widest * tokens
+    kinds, next_id = [], 0
+    for g in groups:
+        counts = [size] * (g.num_layers // size) + ([g.num_layers % size] if g.num_layers % size else [])
+        ids = tuple(range(next_id, next_id + len(counts)))
+        next_id += len(counts)
+        per_block = None if g.kind == "linear" else layer_page // per_layer[g.kind]
+        kinds.append(KindLayout(g.kind, tuple(counts), ids, per_layer[g.kind], per_block, g.window))
+    page = size * layer_page
+    unit = math.gcd(page, *(k.layer_bytes * n for k in kinds for n in k.group_layers),
+                    *(k.content_bytes for k in kinds))
+    return HybridLayout(size, block_size, tokens, layer_page, page, pool_bytes // page, unit,
+                        tuple(kinds))
+
+
+def kind_hit(kind: KindLayout, limit: int, cached: Callable[[int], bool]) -> int:
+    """The longest prompt prefix of at most ``limit`` tokens this attention kind serves;
+    ``cached(j)``: block ``j`` is cached in every group of the kind."""
+    t = kind.tokens_per_block
+    blocks = limit // t
+    if kind.kind != "sliding":
+        return next((j for j in range(blocks) if not cached(j)), blocks) * t
+    need = -(-(kind.window - 1) // t)  # blocks of the W - 1 keys the next query reads
+    run = 0
+    for j in range(blocks - 1, -1, -1):  # right to left
+        if not cached(j):
+            run = 0
+            continue
+        run += 1
+        if run >= need:
+            return (j + need) * t
+    return (run if need else blocks) * t  # a prefix shorter than the window: all its blocks
+
+
+def common_hit(kinds: Sequence[KindLayout], limit: int, cached: Callable[[int, int], bool]) -> int:
+    """The longest prefix of at most ``limit`` tokens every attention kind serves;
+    ``cached(i, j)``: block ``j`` of kind ``i`` is cached in every group of it."""
+    hit = limit
+    while True:
+        before = hit
+        for i, kind in enumerate(kinds):
+            if kind.tokens_per_block is not None:
+                hit = kind_hit(kind, hit, lambda j, i=i: cached(i, j))
+        if hit == before:
+            return hit
+
+
+def group_key(key: int, group_id: int) -> int:
+    """A block's cache key in one KV cache group (the chain key salted with the group)."""
+    return (key * MUL + group_id + 1) & MASK
+
+
+class GroupPrefixCache:
+    """The KV cache groups' prefix cache over one ``BlockPool``: keys salted per group, the
+    common hit (memoised until the pool evicts or a block is registered), and
+    registration in every group of a kind or in none (a key some group still holds stays
+    that block's), so a hit's blocks across a kind's groups share their ref counts."""
+
+    def __init__(self, pool: BlockPool, kinds: Sequence[KindLayout], enabled: bool) -> None:
+        self.pool, self.kinds, self.enabled = pool, kinds, enabled
+        self._attention = [i for i, k in enumerate(kinds) if k.tokens_per_block is not None]
+        self._registered = 0  # registrations so far: with num_evictions, the memo's validity
+        self._memo: tuple | None = None  # (prompt bytes, pool state, hit tokens)
+        self._prompts: dict[int, PromptKeys] = {}  # tokens per block -> the last prompt's chain
+
+    def prompt_keys(self, data: bytes, tokens_per_block: int) -> PromptKeys:
+        prompt = self._prompts.get(tokens_per_block)
+        if prompt is None or prompt.data != data:
+            prompt = self._prompts[tokens_per_block] = PromptKeys(data, 4 * tokens_per_block)
+        return prompt
+
+    def cached(self, kind_index: int, key: int) -> list[int] | None:
+        """The block of ``key`` in every group of the kind, or None if one lacks it."""
+        blocks = self.pool.lookup_many([group_key(key, g) for g in self.kinds[kind_index].group_ids])
+        return None if None in blocks else blocks
+
+    def hit_tokens(self, data: bytes) -> int:
+        """The longest prompt prefix every group serves (at most len - 1 tokens)."""
+        if not self.enabled:
+            return 0
+        state = (self.pool.num_evictions, self._registered)
+        if self._memo is not None and self._memo[1] == state and self._memo[0] == data:
+            return self._memo[2]
+        limit = len(data) // 4 - 1
+        keys = {i: self.prompt_keys(data, self.kinds[i].tokens_per_block).keys(
+            0, limit // self.kinds[i].tokens_per_block) for i in self._attention}
+        hit = common_hit(self.kinds, limit, lambda i, j: self.cached(i, keys[i][j]) is not None)
+        self._memo = (data, state, hit)
+        return hit
+
+    def register(self, tables: Sequence, tokens: Sequence[int], upto: int) -> None:
+        """Key and register the blocks ``upto`` tokens fill in each attention kind's groups;
+        ``tables[i]``: the sequence's tables of kind ``i`` (``tables``, ``first``, ``keyed``,
+        ``last_key``, updated), ``tokens``: its tokens (an ``array("i")``)."""
+        for i in self._attention:
+            k, kt = self.kinds[i], tables[i]
+            t = k.tokens_per_block
+            count = upto // t - kt.keyed
+            if count <= 0:
+                continue
+            keys = chain_keys(kt.last_key, tokens[kt.keyed * t:(kt.keyed + count) * t].tobytes(),
+                              0, count, 4 * t)
+            start = kt.keyed - kt.first
+            salted = [[group_key(key, g) for key in keys] for g in k.group_ids]
+            free = [all(b is None for b in found)
+                    for found in zip(*map(self.pool.lookup_many, salted))] if len(salted) > 1 else None
+            for g_keys, table in zip(salted, kt.tables):
+                blocks = table[start:start + count]
+                if free is not None:
+                    blocks = [b for b, ok in zip(blocks, free) if ok]
+                    g_keys = [key for key, ok in zip(g_keys, free) if ok]
+                self.pool.register_many(blocks, g_keys)
+            kt.keyed, kt.last_key = kt.keyed + count, keys[-1]
+            self._registered += count
