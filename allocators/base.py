@@ -57,6 +57,9 @@ class Capabilities:
     ``slot_bytes`` bytes (not the model's ``bytes_per_slot``), its breakdown's
     ``group_blocks`` counts the blocks each layer kind holds, and
     ``layer_group_report()`` gives its layout and per-kind counters for results.json.
+    swaps: ``swap_out`` / ``swap_in`` move a sequence to CPU memory and back; without
+    it (radix, paged_hybrid) a preemption under ``engine.preemption=swap`` recomputes,
+    counted as ``manager_does_not_swap`` in results.json's ``recomputed_instead_of_swap``.
     """
 
     layout: Literal["paged", "contiguous", "none"]
@@ -67,6 +70,7 @@ class Capabilities:
     maps_pages: bool = False
     slot_copies: bool = False
     layer_groups: bool = False
+    swaps: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,7 +116,7 @@ class HybridKVCacheManager:
         self.enable_prefix_caching = bool(enable_prefix_caching) and len(self._attention) == len(kinds)
         self.stats = ManagerStats()
         self.capabilities = Capabilities(layout=self.tensor_layout, layer_groups=True,
-                                         prefix_cache=self.enable_prefix_caching)
+                                         prefix_cache=self.enable_prefix_caching, swaps=False)
         self._primary = next((i for i in self._attention if kinds[i].kind != "sliding"),
                              self._attention[0])  # the kind slot_mapping maps
         self._ledgers = [KindLedger(k.tokens_per_block, layout.units(k.content_bytes),

@@ -104,7 +104,7 @@ class RadixKVCacheManager:
         self.capacity_slots = num_pages * page_size
         self.stats = ManagerStats()
         self.capabilities = Capabilities(layout=self.tensor_layout, batched_decode=True, prefix_cache=True,
-                                         slot_copies=True)
+                                         slot_copies=True, swaps=False)
         self.root = _Node((), [], None)
         self.root.lock_ref = 1  # never evicted
         self._free = list(range(num_pages - 1, -1, -1))  # pop() -> lowest page

@@ -262,7 +262,9 @@ def swap_fallback_warnings(systems: dict[str, dict]) -> list[str]:
             ("multi_sequence_group", "{:,} of parallel-sampling or beam-search groups, which "
                                      "are never swapped"),
             ("cpu_swap_space_full", "{:,} with the CPU swap space full: raise "
-                                    "engine.swap_space_gib")) if (count := why.get(key))]
+                                    "engine.swap_space_gib"),
+            ("manager_does_not_swap", "{:,} because its manager never swaps "
+                                      "(no CPU pool: radix, paged_hybrid)")) if (count := why.get(key))]
         if reasons:
             lines.append(f"engine.preemption=swap: {name} recomputed {sum(why.values()):,} of its "
                          f"{s['preemptions']:,} preemptions instead ({'; '.join(reasons)})")

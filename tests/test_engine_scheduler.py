@@ -76,6 +76,27 @@ def test_swap_preemption_recomputes_and_counts_what_it_cannot_swap():
     assert (groups.recorder.request_table()["status"] == "finished").all()
 
 
+def test_a_manager_that_never_swaps_recomputes_and_says_why():
+    """Radix declares no swapping (``Capabilities.swaps``): under preemption=swap every
+    preemption recomputes, counted as the manager's doing, not as a full CPU swap space
+    (there is plenty of it here)."""
+    from harness.config import SystemSpec
+    from harness.run import swap_fallback_warnings
+
+    radix = SystemSpec(name="radix", kind="radix", block_size=16, prefix_caching=True,
+                       options={"page_size": 16})
+    result = run(make_requests([(16, 25), (16, 25)]), radix,
+                 engine_spec(kv_capacity_slots=64, preemption="swap", swap_space_gib=1.0))
+    scheduler = result.scheduler
+    assert scheduler.num_swaps == 0 and scheduler.num_preemptions >= 1
+    assert scheduler.swap_fallbacks == {"multi_sequence_group": 0, "cpu_swap_space_full": 0,
+                                        "manager_does_not_swap": scheduler.num_preemptions}
+    assert (result.recorder.request_table()["status"] == "finished").all()
+    [line] = swap_fallback_warnings({"radix": {"preemptions": scheduler.num_preemptions,
+                                               "recomputed_instead_of_swap": scheduler.swap_fallbacks}})
+    assert "because its manager never swaps" in line and "swap_space_gib" not in line
+
+
 def test_request_larger_than_the_pool_is_rejected_and_counted():
     requests = make_requests([(8, 4), (2000, 10), (8, 4)])
     result = run(requests, paged(), engine_spec(kv_capacity_slots=256))

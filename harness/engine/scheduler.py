@@ -211,7 +211,10 @@ class Scheduler:
         self.num_preemptions += 1
         plan.num_preempted += 1
         if self.swap_allowed:
-            if len(group.seqs) > 1:
+            if not self.manager.capabilities.swaps:
+                fallbacks = self.swap_fallbacks  # a key only for managers that never swap
+                fallbacks["manager_does_not_swap"] = fallbacks.get("manager_does_not_swap", 0) + 1
+            elif len(group.seqs) > 1:
                 self.swap_fallbacks["multi_sequence_group"] += 1
             else:
                 mapping = self.manager.swap_out(group.seqs[0].seq_id)
