@@ -12,7 +12,7 @@ is priced a group at a time:
   ``qk_rope_head_dim`` rope key a token and layer (``bytes_per_slot``'s convention). Decode
   runs absorbed (every query head attends the latent, keys of d_k = kv_lora_rank + rope
   dims, values of d_v = kv_lora_rank): ``2 x heads x (d_k + d_v)`` FLOPs a pair and layer,
-  as FlashMLA counts them (deepseek-ai/FlashMLA, docs/20250422-new-kernel-deep-dive.md:
+  as FlashMLA counts them (github.com/deepseek-ai/FlashMLA/blob/main/docs/20250422-new-kernel-deep-dive.md:
   FLOPs = 2 h_q s_q s_k (d_k + d_v), bytes ~ 2 s_k d_k, so ~2 h_q FLOPs a byte: compute
   bound once h_q x s_q >= 128 on an H800). With 128 heads and a bf16 latent that is
   278,528 FLOPs for 1,152 bytes, 242 FLOPs a byte, whatever the batch (each sequence reads
