@@ -72,7 +72,7 @@ class ContiguousKVCacheManager:
         return f"contiguous {system.policy} ({system.arena})"
 
     @staticmethod
-    def kernel_layout(system) -> tuple[str, int | None]:
+    def kernel_layout(system, model) -> tuple[str, int | None]:
         """The decode kernel's layout the cost model prices: one contiguous range per sequence."""
         return "contiguous", None
 

@@ -80,7 +80,7 @@ class PagedKVCacheManager:
         return f"paged (block {system.block_size}{', prefix cache' if system.prefix_caching else ''})"
 
     @staticmethod
-    def kernel_layout(system) -> tuple[str, int | None]:
+    def kernel_layout(system, model) -> tuple[str, int | None]:
         """The decode kernel's layout and page (tokens) the cost model prices: block tables of block_size."""
         return "paged", system.block_size
 

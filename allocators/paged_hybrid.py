@@ -100,9 +100,10 @@ class HybridKVCacheManager:
         return f"paged hybrid (block {system.block_size}{', prefix cache' if system.prefix_caching else ''})"
 
     @staticmethod
-    def kernel_layout(system) -> tuple[str, int | None]:
-        """Block tables of block_size tokens (a linear model's raised block is not priced)."""
-        return "paged", system.block_size
+    def kernel_layout(system, model) -> tuple[str, int | None]:
+        """Block tables of the attention block: ``block_size`` tokens, or the raised block
+        a model with linear layers gets (its page holds a recurrent state)."""
+        return "paged", _layout(system, model, 0).attention_block_size
 
     def __init__(self, layout: HybridLayout, *, enable_prefix_caching: bool = True,
                  name: str = "paged_hybrid") -> None:

@@ -93,7 +93,7 @@ class RadixKVCacheManager:
         return f"radix (page {page})"
 
     @staticmethod
-    def kernel_layout(system) -> tuple[str, int | None]:
+    def kernel_layout(system, model) -> tuple[str, int | None]:
         """The decode kernel's layout the cost model prices: a page table (SGLang's token-to-KV index) of page_size."""
         return "paged", system.option("page_size") or system.block_size
 

@@ -85,7 +85,7 @@ class VAttentionKVCacheManager:
         return f"vattention ({system.option('page_size') // KIB} KiB pages)"
 
     @staticmethod
-    def kernel_layout(system) -> tuple[str, int | None]:
+    def kernel_layout(system, model) -> tuple[str, int | None]:
         """The decode kernel's layout the cost model prices: vAttention keeps KV virtually contiguous, read by unmodified contiguous kernels."""
         return "contiguous", None
 

@@ -70,6 +70,10 @@ def test_qwen3_next_attention_block_is_raised_so_a_page_holds_the_state():
     assert layout.group_size == 12 and [k.num_groups for k in layout.kinds] == [3, 1]
     linear = layout.kinds[0]
     assert layout.padding_units(linear) * layout.unit_bytes == 3 * 12 * (544 * token - state)
+    # the sim prices its decode kernel at the block its tables really have
+    system = SystemSpec(name="paged_hybrid", kind="paged_hybrid", block_size=16, prefix_caching=True)
+    assert HybridKVCacheManager.kernel_layout(system, model("qwen3-next-80b-a3b")) == ("paged", 544)
+    assert HybridKVCacheManager.kernel_layout(system, model("gemma-3-27b")) == ("paged", 16)
 
 
 def test_a_kind_with_fewer_bytes_a_token_keeps_the_floor_of_the_page():

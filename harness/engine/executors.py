@@ -48,7 +48,7 @@ def make_cost_model(cost: CostSpec, system: SystemSpec, model: ModelSpec,
     (``harness.engine.cost_layered``)."""
     from allocators import MANAGERS
 
-    layout, page_tokens = MANAGERS[system.kind].kernel_layout(system)
+    layout, page_tokens = MANAGERS[system.kind].kernel_layout(system, model)
     fitted = layout_fit(hardware, layout)
     layers = layered_attention(model)  # None: every layer full attention
     if cost.model == "operator" and not (fitted is not None and fitted.applies_to(model)):
