@@ -98,6 +98,7 @@ def test_same_config_and_seed_give_byte_identical_results(tmp_path, run_cli):
 
 
 # ------------------------------------------------------ limits and stalls
+@pytest.mark.serial  # (a 0.5 s wall-time limit: alone, not beside another worker)
 def test_wall_time_limit_stops_the_run_and_marks_it_incomplete(tmp_path, run_cli):
     proc = run_cli(tmp_path, "workload=sharegpt_like", "workload.num_requests=5000",
                    "systems=[paged]", "engine.wall_time_limit_s=0.5", "progress=false",
@@ -159,6 +160,7 @@ def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(
 
 
 # ------------------------------------------------------------- interruption
+@pytest.mark.serial  # (a signal at a moment in the run: alone, not beside another worker)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])  # SIGTERM: CI cancel, SLURM
 def test_ctrl_c_or_sigterm_writes_what_has_run_marked_incomplete(tmp_path, run_cli, signum):
     # jobs=1: systems one after the other (tests/test_run_parallel.py interrupts jobs=2)

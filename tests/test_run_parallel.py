@@ -78,6 +78,7 @@ def interrupt_cli(proc: subprocess.Popen, after: str, wait_s: float) -> tuple[in
     return proc.returncode, "".join(seen) + rest
 
 
+@pytest.mark.serial  # (a signal at a moment in the run: alone, not beside another worker)
 def test_ctrl_c_stops_the_workers_and_writes_what_has_run(tmp_path, run_cli):
     # each system takes several seconds: two are running at Ctrl-C, oracle waits for a worker
     proc = run_cli.start(tmp_path, "workload=sharegpt_like", "workload.num_requests=20000",
