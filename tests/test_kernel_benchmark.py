@@ -152,14 +152,15 @@ def test_cli_runs_the_cpu_default_with_overrides(tmp_path, capsys):
 
 def test_sizes_set_through_hydra_win_over_the_cpu_defaults_too(tmp_path):
     """``python -m harness experiment=kernels kernel_bench.batch_sizes=[2]`` runs batch 2 on
-    a CPU, as ``--set`` does (the experiment's ``cpu`` node holds smaller defaults)."""
+    a CPU, as ``--set`` does (the experiment's ``cpu`` node holds smaller defaults). No
+    report: none is read here (tests/test_report.py renders the kernels section)."""
     import subprocess
     import sys
 
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "experiment=kernels", "kernel_bench.batch_sizes=[2]",
          "kernel_bench.context_lens=[32]", "kernel_bench.block_sizes=[8]",
-         "kernel_bench.cpu_repeats=1", f"hydra.run.dir={tmp_path}"],
+         "kernel_bench.cpu_repeats=1", "report=false", f"hydra.run.dir={tmp_path}"],
         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = _strict_json(tmp_path / "kernel_results.json")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -15,6 +18,13 @@ WORKLOADS = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))
 
 
 def _composed(*overrides: str) -> dict:
+    """The composed config as a plain dict (a fresh copy: callers may change it)."""
+    return copy.deepcopy(_compose_once(overrides))
+
+
+@functools.lru_cache(maxsize=None)
+def _compose_once(overrides: tuple[str, ...]) -> dict:
+    """Hydra composes each choice once per session: several tests check the same ones."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides))
     return OmegaConf.to_container(cfg, resolve=False)

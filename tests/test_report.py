@@ -23,7 +23,8 @@ SECTION_IDS = ("summary", "memory", "serving", "kernels", "telemetry", "claims",
 
 
 def small_run(out_dir: Path, *overrides: str) -> Path:
-    """A real run (sim executor) of a few dozen docqa requests, written to ``out_dir``."""
+    """A real run (sim executor) of a few dozen docqa requests, written to ``out_dir``
+    (``report=false`` where a test reads no report: drawing it is most of the run's time)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -317,7 +318,7 @@ def test_sharing_is_not_claimed_from_a_preempted_request_hitting_its_own_blocks(
     """Unique prompts in a small pool: requests re-admitted after a preemption hit their own
     freed blocks. That is no sharing, so the sharing claim is not measured."""
     run_dir = small_run(tmp_path / "run", "workload=fixed", "workload.num_requests=60",
-                        "engine.kv_capacity_slots=4096", "systems=[paged]")
+                        "engine.kv_capacity_slots=4096", "systems=[paged]", "report=false")
     paged = json.loads((run_dir / "results.json").read_text())["systems"]["paged"]
     assert paged["preemptions"] > 0
     cache = paged["prefix_cache"]
@@ -331,7 +332,7 @@ def test_a_preempted_group_hitting_its_own_blocks_is_a_readmission_too(tmp_path)
     hits are re-admission hits all the same (unique prompts: no other request shares them)."""
     run_dir = small_run(tmp_path / "run", "workload=parallel_sampling", "workload.num_requests=40",
                         "workload.arrival.rate=20", "engine.kv_capacity_slots=3000",
-                        "systems=[paged]")
+                        "systems=[paged]", "report=false")
     paged = json.loads((run_dir / "results.json").read_text())["systems"]["paged"]
     assert paged["preemptions"] > 0
     cache = paged["prefix_cache"]
@@ -345,7 +346,7 @@ def test_every_figure_has_a_caption(run_dir):
 
 def test_the_per_sequence_block_claim_is_not_judged_when_sequences_share_blocks(tmp_path):
     run_dir = small_run(tmp_path / "run", "workload=beam_search", "workload.num_requests=20",
-                        "systems=[paged]")
+                        "systems=[paged]", "report=false")  # (claims from the run's files)
     rows = [row for row in evaluate_claims(load_run(run_dir))
             if row.claim_id == "paged_waste_per_sequence"]
     assert [row.verdict for row in rows] == [NOT_MEASURED]

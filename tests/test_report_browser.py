@@ -166,10 +166,18 @@ def hostile_study(root: Path) -> Path:
     return root
 
 
-def test_hostile_strings_in_every_report_kind_stay_text(browser_page, tmp_path):
+@pytest.fixture(scope="module")
+def source_run(tmp_path_factory) -> Path:
+    """A small real run whose results and tables the hostile and sweep pages start from
+    (both draw their own pages: its report is not needed)."""
+    return small_run(tmp_path_factory.mktemp("source") / "run", "systems=[paged,oracle]",
+                     "workload.num_requests=16", "report=false")
+
+
+def test_hostile_strings_in_every_report_kind_stay_text(browser_page, source_run, tmp_path):
     from reports.__main__ import main as render_reports
 
-    run_dir = small_run(tmp_path / "run", "systems=[paged,oracle]", "workload.num_requests=16")
+    run_dir = source_run
     pages = {"run": hostile_run(tmp_path / "hostile_run", run_dir) / "report.html",
              "kernels": hostile_kernels(tmp_path / "kernels") / "report.html",
              "sweep": hostile_sweep(tmp_path / "sweep", run_dir) / "sweep_report.html",
@@ -193,12 +201,11 @@ def test_hostile_strings_in_every_report_kind_stay_text(browser_page, tmp_path):
         assert state["shown"] >= 3, (kind, state)  # the payload was rendered, as text
 
 
-def test_the_sweep_table_fits_the_page(browser_page, tmp_path):
+def test_the_sweep_table_fits_the_page(browser_page, source_run, tmp_path):
     from reports.sweep import render_sweep_report
     from test_sweep import fake_sweep
 
-    run_dir = small_run(tmp_path / "run", "systems=[paged,oracle]", "workload.num_requests=16")
-    report = render_sweep_report(fake_sweep(tmp_path, run_dir))
+    report = render_sweep_report(fake_sweep(tmp_path, source_run))
     browser_page.goto(report.as_uri(), wait_until="load")
     table_width, page_width = browser_page.evaluate("""() => {
         const table = document.querySelector('#sweep-table');

@@ -20,6 +20,7 @@ from harness.results import config_hash, existing_complete_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["workload=docqa", "workload.num_requests=30", "progress=false"]
+NO_REPORT = "report=false"  # where a test reads no report: drawing one is most of a small run
 
 
 
@@ -80,7 +81,8 @@ def test_a_misspelt_key_is_a_config_error_with_or_without_plus(bad_input_runs):
 def test_same_config_and_seed_give_byte_identical_results(tmp_path, run_cli):
     """Two processes with different hash salts, with prefix caching and preemption."""
     args = ["workload=docqa", "workload.num_requests=64", "workload.arrival.rate=8",
-            "engine.kv_capacity_slots=4096", "block_size=8", "systems=[paged,pow2]", "progress=false"]
+            "engine.kv_capacity_slots=4096", "block_size=8", "systems=[paged,pow2]", "progress=false",
+            NO_REPORT]
     procs = [run_cli.start(tmp_path / str(i), *args, env={"PYTHONHASHSEED": str(salt)})
              for i, salt in enumerate((1, 2))]
     for proc in procs:
@@ -96,6 +98,7 @@ def test_same_config_and_seed_give_byte_identical_results(tmp_path, run_cli):
 
 
 # ------------------------------------------------------ limits and stalls
+@pytest.mark.serial  # (a 0.5 s wall-time limit: alone, not beside another worker)
 def test_wall_time_limit_stops_the_run_and_marks_it_incomplete(tmp_path, run_cli):
     proc = run_cli(tmp_path, "workload=sharegpt_like", "workload.num_requests=5000",
                    "systems=[paged]", "engine.wall_time_limit_s=0.5", "progress=false",
@@ -145,7 +148,7 @@ def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(
     """4 parallel samples each reserving max_model_len (4096) in a 3 x 4096-slot pool."""
     proc = run_cli(tmp_path, "workload=parallel_sampling", "workload.num_requests=8",
                    "systems=[max]", "engine.kv_capacity_slots=12288", "progress=false",
-                   timeout=120)
+                   NO_REPORT, timeout=120)
     assert "Traceback" not in proc.stderr
     if proc.returncode == 0:  # rejected at arrival and counted
         results = json.loads((tmp_path / "results.json").read_text())
@@ -157,6 +160,7 @@ def test_groups_that_can_never_fit_are_rejected_or_stop_clearly_through_the_cli(
 
 
 # ------------------------------------------------------------- interruption
+@pytest.mark.serial  # (a signal at a moment in the run: alone, not beside another worker)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])  # SIGTERM: CI cancel, SLURM
 def test_ctrl_c_or_sigterm_writes_what_has_run_marked_incomplete(tmp_path, run_cli, signum):
     # jobs=1: systems one after the other (tests/test_run_parallel.py interrupts jobs=2)
@@ -207,8 +211,8 @@ def test_a_rerun_sweep_skips_jobs_with_complete_results_for_the_same_config(tmp_
     sweep = tmp_path / "sweep"
 
     def sweep_run(block_sizes: str) -> subprocess.CompletedProcess:
-        return run_cli(None, "-m", *SMALL, "systems=[paged,oracle]", f"block_size={block_sizes}",
-                       f"hydra.sweep.dir={sweep}")
+        return run_cli(None, "-m", *SMALL, NO_REPORT, "systems=[paged,oracle]",
+                       f"block_size={block_sizes}", f"hydra.sweep.dir={sweep}")
 
     first = sweep_run("8,16")
     assert first.returncode == 0, first.stderr
@@ -281,7 +285,7 @@ def test_a_run_into_a_directory_with_an_earlier_run_moves_it_aside_never_over_it
     assert "moved" not in bad.stderr  # refused before the directory changes
     for name, data in kept.items():  # byte for byte, where they were
         assert (tmp_path / name).read_bytes() == data
-    again = run_cli(tmp_path, *SMALL, "systems=[paged]")
+    again = run_cli(tmp_path, *SMALL, "systems=[paged]", NO_REPORT)
     assert again.returncode == 0, again.stderr
     assert f"moved them to {tmp_path / 'previous' / '1'}" in again.stderr
     for name, data in kept.items():  # byte for byte, and none left beside the new run's
@@ -298,8 +302,8 @@ def test_a_failed_sweep_job_does_not_report_an_earlier_runs_results(tmp_path, ru
     sweep = tmp_path / "sweep"
 
     def sweep_run(block_sizes: str) -> subprocess.CompletedProcess:
-        return run_cli(None, "-m", *SMALL, "systems=[paged]", f"block_size={block_sizes}",
-                       f"hydra.sweep.dir={sweep}")
+        return run_cli(None, "-m", *SMALL, NO_REPORT, "systems=[paged]",
+                       f"block_size={block_sizes}", f"hydra.sweep.dir={sweep}")
 
     assert sweep_run("8").returncode == 0
     earlier = (sweep / "0" / "results.json").read_bytes()

@@ -62,6 +62,7 @@ def run_cli(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.serial  # (a signal at a moment in the run: alone, not beside another worker)
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_kill_9_leaves_no_worker_to_write_into_a_later_run(tmp_path):
     command = [sys.executable, "-m", "harness", "workload=sharegpt_like",

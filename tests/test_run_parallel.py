@@ -15,7 +15,8 @@ from harness.errors import ConfigError
 from harness.run import resolve_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ("workload=fixed", "workload.num_requests=24", "progress=false")
+SMALL = ("workload=fixed", "workload.num_requests=24", "progress=false",
+         "report=false")  # (no assertion reads the report; drawing it is most of the run)
 SYSTEMS = ("paged", "max", "pow2", "oracle")
 RUN_INFO_ONLY = ("created", "wall_time_s")  # timings: the only run_info fields that may differ
 
@@ -77,6 +78,7 @@ def interrupt_cli(proc: subprocess.Popen, after: str, wait_s: float) -> tuple[in
     return proc.returncode, "".join(seen) + rest
 
 
+@pytest.mark.serial  # (a signal at a moment in the run: alone, not beside another worker)
 def test_ctrl_c_stops_the_workers_and_writes_what_has_run(tmp_path, run_cli):
     # each system takes several seconds: two are running at Ctrl-C, oracle waits for a worker
     proc = run_cli.start(tmp_path, "workload=sharegpt_like", "workload.num_requests=20000",

@@ -29,7 +29,7 @@ PRESETS = {"local_parallel": "hydra_joblib_launcher", "local_submitit": "hydra_s
 @pytest.fixture(scope="module")
 def one_run(tmp_path_factory) -> Path:
     return small_run(tmp_path_factory.mktemp("sweep_src") / "run", "systems=[paged,oracle]",
-                     "workload.num_requests=20")
+                     "workload.num_requests=20", "report=false")  # (its results and tables)
 
 
 def fake_sweep(root: Path, one_run: Path) -> Path:

@@ -4,7 +4,8 @@ Runs ``python -m harness`` on the Azure 2023 conversation trace (the four defaul
 systems, ``jobs=1`` and ``jobs=auto``) and on the Mooncake conversation trace (paged,
 prefix caching on), and reads each run's ``run_info.json``: the per-system simulation
 time (the engine loop with the full per-step memory accounting) and the run's total
-(systems plus writing their tables; loading the trace and the report excluded).
+(systems plus writing their tables; loading the trace excluded; no report is drawn:
+``report=false``, as the figures never included it).
 With ``--rounds N`` every run is repeated N times, the runs of a round one after the
 other, and the figures are medians (each run's figure is kept beside them): this shared
 machine drifts by 10-20% between runs.
@@ -41,7 +42,7 @@ def run_once(trace: Path, overrides: list[str]) -> dict:
     """One CLI run in a scratch directory; its timings and step counts."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "harness", *overrides, f"workload.path={trace}",
-               "progress=false", f"hydra.run.dir={out}"]
+               "progress=false", "report=false", f"hydra.run.dir={out}"]
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         info = json.loads((Path(out) / "run_info.json").read_text())
         results = json.loads((Path(out) / "results.json").read_text())
