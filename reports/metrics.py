@@ -62,8 +62,11 @@ HEADLINE_METRICS: tuple[Metric, ...] = (
     Metric("waste_pct", "waste (% of KV memory in use)", waste_pct, "memory"),
     Metric("internal_fragmentation_pct", "internal fragmentation (% of pool)",
            lambda s: _get(s, "memory", "internal_fragmentation_pct"), "memory"),
+    # a layer-group manager's only (paged_hybrid: its summary has layer_groups); every other
+    # manager's pages hold one kind, so its padding is 0 by construction, not a measurement
     Metric("internal_page_padding_pct", "page padding (% of pool; unified pages)",
-           lambda s: _get(s, "memory", "internal_page_padding_pct"), "memory"),
+           lambda s: _get(s, "memory", "internal_page_padding_pct") if "layer_groups" in s
+           else None, "memory"),
     Metric("external_fragmentation_pct", "external fragmentation (% of pool)",
            lambda s: _get(s, "memory", "external_fragmentation_pct"), "memory"),
     Metric("sharing_savings_pct", "sharing savings (% of logical tokens)",
