@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from harness.config import CostSpec, HardwareSpec, ModelSpec
 from harness.engine.cost_layers import LayeredAttention, WindowSpan, decode_work
-from harness.engine.cost_operator import PHASES, OperatorCostModel, step_seconds
+from harness.engine.cost_operator import HOST_LINK_GBPS, PHASES, OperatorCostModel, step_seconds
 from harness.engine.sim_executor import RooflineCostModel, StepCost
 
 _PREFILL, _DECODE, _WRITE = (PHASES.index(p) for p in ("attention_prefill", "attention_decode",
@@ -38,7 +38,7 @@ class LayeredOperatorCostModel(OperatorCostModel):
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec, layout: str,
                  block_size: int | None, layers: LayeredAttention,
-                 swap_bandwidth_gbps: float = 25.0) -> None:
+                 swap_bandwidth_gbps: float = HOST_LINK_GBPS) -> None:
         super().__init__(model, hardware, cost, layout, block_size, swap_bandwidth_gbps)
         self.layers = layers
         peak, bandwidth = self.peak_flops, self.bandwidth
@@ -89,7 +89,7 @@ class LayeredRooflineCostModel(RooflineCostModel):
     read and written. A calibrated fit of the model prices as ``RooflineCostModel``."""
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec,
-                 layers: LayeredAttention, swap_bandwidth_gbps: float = 25.0,
+                 layers: LayeredAttention, swap_bandwidth_gbps: float = HOST_LINK_GBPS,
                  layout: str = "paged") -> None:
         super().__init__(model, hardware, cost, swap_bandwidth_gbps, layout)
         self.layers = layers
