@@ -58,6 +58,7 @@ class OperatorCostModel:
     efficiency curve."""
 
     fit = None  # (a calibrated fit of the run's model prices with the roofline's fit instead)
+    layers = None  # every layer full attention (cost_layered's models set their groups)
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec, layout: str,
                  block_size: int | None, swap_bandwidth_gbps: float = HOST_LINK_GBPS) -> None:

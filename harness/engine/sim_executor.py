@@ -45,6 +45,8 @@ class RooflineCostModel:
     Sliding-window, MLA and linear layers: ``harness.engine.cost_layered``.
     """
 
+    layers = None  # every layer full attention (cost_layered's models set their groups)
+
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec,
                  swap_bandwidth_gbps: float = HOST_LINK_GBPS, layout: str = "paged") -> None:
         self.flops_per_token = 2.0 * (model.active_params - model.vocab_size * model.hidden_size)
@@ -174,7 +176,7 @@ class SimExecutor:
         self._tally = efficiency.tally if efficiency is not None and efficiency.ranged else None
         # a model whose layers are not all full attention (harness.engine.cost_layered):
         # its steps are priced by layer group, chosen here once
-        self.layers = getattr(cost_model, "layers", None)
+        self.layers = cost_model.layers
         if self.layers is not None:
             self.execute = self._execute_layered
 
@@ -192,57 +194,49 @@ class SimExecutor:
             decode_seqs = plan.num_seqs - prefill_seqs
             phases = self.cost_model.phases(plan.num_batched_tokens, prefill_pairs, decode_pairs,
                                             decode_seqs, copied, swapped, plan.num_seqs)
-            if plan.num_mapped_pages or plan.num_unmapped_pages:  # synchronous page mapping:
-                phases = (*phases[:-1], phases[-1] + self._mapping_seconds(plan))  # host work
-            self.phase_rows.append(phases)
-            self.decode_read_slots += decode_pairs
-            if self._tally is not None and decode_seqs:
-                self._tally(decode_seqs, decode_pairs / decode_seqs)
-            if self.offload_load is not None:
-                return step_seconds(phases) + self._load_seconds(plan), None
-            return step_seconds(phases), None
+            return self._operator_step(plan, phases, decode_pairs, decode_seqs), None
         cost = self.cost_model.step_cost(plan.num_batched_tokens, plan.attention_pairs,
                                          plan.kv_read_slots, copied, swapped, plan.num_seqs,
                                          plan.num_prefill_chunks)
-        if self.fit_range is not None:
-            self.fit_range.step(plan.num_seqs, plan.kv_read_slots + plan.num_batched_tokens)
-        seconds = cost.seconds
-        if plan.num_mapped_pages or plan.num_unmapped_pages:  # synchronous page mapping
-            seconds += self._mapping_seconds(plan)
-        if self.offload_load is not None:
-            seconds += self._load_seconds(plan)
-        return seconds, None
+        return self._roofline_step(plan, cost.seconds), None
 
     def _execute_layered(self, plan: StepPlan) -> tuple[float, dict[int, int] | None]:
         """``execute`` for a layered cost model: the plan's work by layer group."""
         copied = len(plan.copies) * self.copy_unit_slots
         swapped = (len(plan.swap_in) + len(plan.swap_out)) * self.copy_unit_slots
         work = plan_work(plan, self.layers)
-        mapping = (self._mapping_seconds(plan)
-                   if plan.num_mapped_pages or plan.num_unmapped_pages else 0.0)
         if self.operator:
             phases = self.cost_model.layered_phases(plan.num_batched_tokens, work, copied,
                                                     swapped, plan.num_seqs)
-            if mapping:
-                phases = (*phases[:-1], phases[-1] + mapping)  # host work
-            self.phase_rows.append(phases)
-            decode_pairs, decode_seqs = work[4], work[6]
-            self.decode_read_slots += decode_pairs
-            if self._tally is not None and decode_seqs:
-                self._tally(decode_seqs, decode_pairs / decode_seqs)
-            seconds = step_seconds(phases)
-            if self.offload_load is not None:
-                seconds += self._load_seconds(plan)
-            return seconds, None
+            return self._operator_step(plan, phases, work[4], work[6]), None
         cost = self.cost_model.layered_step_cost(
             plan.num_batched_tokens, plan.attention_pairs, plan.kv_read_slots, work, copied,
             swapped, plan.num_seqs, plan.num_prefill_chunks)
+        return self._roofline_step(plan, cost.seconds), None
+
+    def _operator_step(self, plan: StepPlan, phases: tuple[float, ...], decode_pairs: int,
+                       decode_seqs: int) -> float:
+        """A step priced by phases: page mapping joins host work, the phases are recorded,
+        the decodes' reads tallied, and the offload loads added after the phases."""
+        if plan.num_mapped_pages or plan.num_unmapped_pages:  # synchronous page mapping:
+            phases = (*phases[:-1], phases[-1] + self._mapping_seconds(plan))  # host work
+        self.phase_rows.append(phases)
+        self.decode_read_slots += decode_pairs
+        if self._tally is not None and decode_seqs:
+            self._tally(decode_seqs, decode_pairs / decode_seqs)
+        if self.offload_load is not None:
+            return step_seconds(phases) + self._load_seconds(plan)
+        return step_seconds(phases)
+
+    def _roofline_step(self, plan: StepPlan, seconds: float) -> float:
+        """A roofline step's ``seconds`` with the fit range, page mapping and offload loads."""
         if self.fit_range is not None:
             self.fit_range.step(plan.num_seqs, plan.kv_read_slots + plan.num_batched_tokens)
-        seconds = cost.seconds + mapping
+        if plan.num_mapped_pages or plan.num_unmapped_pages:  # synchronous page mapping
+            seconds += self._mapping_seconds(plan)
         if self.offload_load is not None:
             seconds += self._load_seconds(plan)
-        return seconds, None
+        return seconds
 
     def _load_seconds(self, plan: StepPlan) -> float:
         """The step's offload-tier loads (``OffloadLoadCost``), recorded in its column."""
