@@ -24,7 +24,7 @@ over-reservation, ``arena_taken - reservation`` allocator rounding (buddy).
 
 from __future__ import annotations
 
-from allocators.base import MemoryBreakdown
+from pagebench.allocators.base import MemoryBreakdown
 
 
 def make_breakdown(

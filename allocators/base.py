@@ -78,7 +78,7 @@ class Admission:
     """Result of a successful ``admit``."""
 
     num_cached_tokens: int  # prompt tokens whose KV was found in the prefix cache
-    # of those, tokens loaded from the offload tiers (allocators.offload_tier) into new blocks
+    # of those, tokens loaded from the offload tiers (pagebench.allocators.offload_tier) into new blocks
     cpu_hit_tokens: int = 0
     disk_hit_tokens: int = 0
 

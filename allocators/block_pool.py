@@ -6,11 +6,11 @@ Modelled on vLLM v1 (``vllm/v1/core/block_pool.py``, ``FreeKVCacheBlockQueue``):
   num_blocks - 1`` in that order.
 - Allocation pops from the head: the least recently freed block is reused first.
 - A full block whose content is known is *registered* under its cache key (the
-  chain hash of ``allocators.prefix_keys``). It keeps that key while it is allocated and
+  chain hash of ``pagebench.allocators.prefix_keys``). It keeps that key while it is allocated and
   after it is freed (ref count 0, back in the free queue), so a later request can
   still hit it; the key is dropped only when the block is popped for reuse. So
   cached blocks are evicted least recently freed first. With an offload tier
-  (``on_evict``, ``allocators.offload_tier``) an evicted key moves there instead.
+  (``on_evict``, ``pagebench.allocators.offload_tier``) an evicted key moves there instead.
 - Callers free a request's blocks tail first (``reversed(block_table)``), so the
   tail of a request, the part least likely to be shared, is evicted first.
 

@@ -1,7 +1,7 @@
 """Contiguous KV reservation (the Orca / FasterTransformer style baselines).
 
 At admit a sequence reserves one extent of the linear slot space for its whole
-life, sized by the policy, and placed by an arena (``allocators.arena``):
+life, sized by the policy, and placed by an arena (``pagebench.allocators.arena``):
 
 - ``max``: ``max_model_len`` slots.
 - ``pow2``: the prompt plus the true output length rounded up to a power of two.
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from allocators.accounting import ExtentLedger, make_breakdown
-from allocators.arena import ARENAS, FirstFitArena, make_arena
-from allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
+from pagebench.allocators.accounting import ExtentLedger, make_breakdown
+from pagebench.allocators.arena import ARENAS, FirstFitArena, make_arena
+from pagebench.allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
 
 POLICIES = ("max", "pow2", "oracle")
 

@@ -37,11 +37,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from allocators.block_pool import BlockPool
-from allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys
+from pagebench.allocators.block_pool import BlockPool
+from pagebench.allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys
 
 if TYPE_CHECKING:  # NOTE: allocators import from harness only its shared modules
-    from harness.model_layers import LayerGroup
+    from harness.models.model_layers import LayerGroup
 
 GROUP_SIZE_RATIO = 1.25  # vLLM: use the most layers when every kind is within this ratio
 

@@ -3,13 +3,13 @@
 Each sequence has a block table; blocks are allocated on demand as tokens arrive,
 so a sequence holding ``n`` tokens owns exactly ``ceil(n / block_size)`` blocks.
 
-Prefix caching: every FULL block gets a cache key (``allocators.prefix_keys``: the
+Prefix caching: every FULL block gets a cache key (``pagebench.allocators.prefix_keys``: the
 chain hash of its tokens and of every block before it), prompt blocks and decode-produced
 blocks alike; the manager keeps each sequence's partial tail tokens so it can key a
 block when it fills. ``admit`` reuses the longest run of cached leading prompt
 blocks, capped at ``len(prompt) - 1`` tokens so at least one prompt token is computed.
 
-With an offload tier (``attach_offload``, ``allocators.offload_tier``), a cached block the
+With an offload tier (``attach_offload``, ``pagebench.allocators.offload_tier``), a cached block the
 pool evicts leaves its key in a CPU (then disk) tier, and ``admit`` continues the run of
 prompt hits there after the GPU hits end: those blocks are allocated on the GPU, loaded
 (``Admission.cpu_hit_tokens`` / ``disk_hit_tokens``) and not recomputed.
@@ -25,11 +25,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from allocators.accounting import PartialBlockLedger, make_breakdown
-from allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
-from allocators.block_pool import BlockPool
-from allocators.offload_tier import OffloadTiers
-from allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys, extend_tokens, token_bytes
+from pagebench.allocators.accounting import PartialBlockLedger, make_breakdown
+from pagebench.allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
+from pagebench.allocators.block_pool import BlockPool
+from pagebench.allocators.offload_tier import OffloadTiers
+from pagebench.allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys, extend_tokens, token_bytes
 
 
 class _Seq:
@@ -654,7 +654,7 @@ class PagedKVCacheManager:
 
     # ------------------------------------------------------------ accounting
     def breakdown(self, memory_blocked: bool) -> MemoryBreakdown:
-        """O(1). See ``allocators.accounting`` for how shared partial blocks count."""
+        """O(1). See ``pagebench.allocators.accounting`` for how shared partial blocks count."""
         bs, pool = self.block_size, self.pool
         allocated = (self.num_blocks - pool.num_free) * bs
         token_states, reserved, rounding = self._ledger.slots(allocated)

@@ -2,7 +2,7 @@
 (vLLM v1's ``HybridKVCacheManager`` / ``HybridKVCacheCoordinator``).
 
 The layer groups of the model (full, MLA, sliding window, linear) are cut into KV cache
-groups of equal layer count whose pages all have one size (``allocators.hybrid_layout``).
+groups of equal layer count whose pages all have one size (``pagebench.allocators.hybrid_layout``).
 Every KV cache group keeps its own block table per sequence and allocates from the one
 ``BlockPool``; the groups of one kind move in lockstep (the same number of blocks at the
 same moments), so the manager keeps them together, as vLLM's coordinator does per spec.
@@ -33,11 +33,11 @@ from __future__ import annotations
 from array import array
 from typing import Sequence
 
-from allocators.accounting import KindLedger, make_breakdown
-from allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
-from allocators.block_pool import BlockPool, gather
-from allocators.hybrid_layout import GroupPrefixCache, HybridLayout, LayoutError, build_layout
-from allocators.prefix_keys import extend_tokens, token_bytes
+from pagebench.allocators.accounting import KindLedger, make_breakdown
+from pagebench.allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
+from pagebench.allocators.block_pool import BlockPool, gather
+from pagebench.allocators.hybrid_layout import GroupPrefixCache, HybridLayout, LayoutError, build_layout
+from pagebench.allocators.prefix_keys import extend_tokens, token_bytes
 from harness.errors import ConfigError
 
 

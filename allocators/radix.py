@@ -32,8 +32,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from allocators.accounting import make_breakdown
-from allocators.base import (Admission, Capabilities, ManagerStats, MemoryBreakdown, append_in_order,
+from pagebench.allocators.accounting import make_breakdown
+from pagebench.allocators.base import (Admission, Capabilities, ManagerStats, MemoryBreakdown, append_in_order,
                              register_manager)
 
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from allocators.accounting import make_breakdown
-from allocators.base import (Admission, Capabilities, ManagerStats, MemoryBreakdown, append_in_order,
+from pagebench.allocators.accounting import make_breakdown
+from pagebench.allocators.base import (Admission, Capabilities, ManagerStats, MemoryBreakdown, append_in_order,
                              register_manager)
 
 KIB = 1024

@@ -5,7 +5,7 @@ already in the run directory; set PAGEBENCH_RERUN=1 to run anyway; any other ear
 outputs there are moved to ``previous/<n>/`` first, never overwritten), 1 Hydra refused
 the command line (e.g. an override's syntax; a sweep with a failed job), 2 a config or
 input error (the message says what to fix; a key the config does not have is named with
-the closest valid one, by ``harness.override_check``, before Hydra composes anything),
+the closest valid one, by ``harness.config.override_check``, before Hydra composes anything),
 130 interrupted by Ctrl-C or SIGTERM (what had run is written, marked incomplete). The config is checked
 (``check_config``: the specs the run builds) before an earlier run's outputs are moved
 aside, so a config error leaves the run directory as it was.
@@ -26,14 +26,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.config import wants_report
+from harness.config.specs import wants_report
 from harness.errors import ConfigError, PagebenchError
-from harness.interrupts import terminate_as_interrupt
-from harness.rejections import SERVED_NOTHING
+from harness.run.interrupts import terminate_as_interrupt
+from harness.run.rejections import SERVED_NOTHING
 from harness.fileio import atomic_write_text
-from harness.results import config_hash, existing_complete_results, set_aside_previous_run
-from harness.run_lock import claim_run_dir
-from reports.summary import print_run_summary
+from harness.run.results import config_hash, existing_complete_results, set_aside_previous_run
+from harness.run.run_lock import claim_run_dir
+from pagebench.reports.summary import print_run_summary
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -66,7 +66,7 @@ def main(cfg: DictConfig) -> None:
                 print(f"skipped: {done} already holds complete results for this resolved config "
                       "(set PAGEBENCH_RERUN=1 to run again)", file=sys.stderr)
                 if report and mode == "serve" and not (out_dir / "report.html").exists():
-                    from reports.render import render_run_report
+                    from pagebench.reports.render import render_run_report
 
                     print(f"report: {render_run_report(out_dir)}", file=sys.stderr)
                 return
@@ -82,17 +82,17 @@ def main(cfg: DictConfig) -> None:
             print_run_summary(out_dir)
             return
         if mode == "kernels":
-            from kernels.benchmark import prefer_explicit, run_kernel_benchmark
+            from pagebench.kernels.benchmark import prefer_explicit, run_kernel_benchmark
 
             spec = OmegaConf.to_container(cfg.kernel_bench, resolve=True)
             run_kernel_benchmark(prefer_explicit(spec, _overridden_keys("kernel_bench")), out_dir)
             if report:
-                from reports.render import render_run_report
+                from pagebench.reports.render import render_run_report
 
                 render_run_report(out_dir)  # report.html with the kernels section
             print_run_summary(out_dir)
             return
-        from harness.run import run_serving
+        from harness.run.serve import run_serving
 
         results = run_serving(cfg, out_dir)
         print_run_summary(out_dir)
@@ -124,10 +124,10 @@ def main(cfg: DictConfig) -> None:
 
 def check_config(cfg: DictConfig) -> Any:
     """Every check of the composed config that does no work, for the run's mode (a serving
-    run: ``harness.run.prepare_serving``; a study: ``prepare_study``, its jobs' specs
+    run: ``harness.run.serve.prepare_serving``; a study: ``prepare_study``, its jobs' specs
     included). ``main`` calls it before it sets an earlier run's outputs aside. Returns the
     prepared study (None otherwise); raises ``PagebenchError``."""
-    from harness.config import check_run_options
+    from harness.config.specs import check_run_options
 
     try:
         check_run_options(cfg)  # run, progress
@@ -137,10 +137,10 @@ def check_config(cfg: DictConfig) -> Any:
 
             return prepare_study(cfg)
         if mode == "serve":
-            from harness.run import prepare_serving
+            from harness.run.serve import prepare_serving
 
             prepare_serving(cfg)
-        return None  # kernels: kernels.benchmark checks kernel_bench before it measures
+        return None  # kernels: pagebench.kernels.benchmark checks kernel_bench before it measures
     except OmegaConfBaseException as exc:
         raise PagebenchError(f"config: {exc}".splitlines()[0]) from None
 
@@ -150,7 +150,7 @@ def _put_back(previous: Path, out_dir: Path) -> None:
     config_resolved.yaml (an error only building the workload finds, e.g. a trace's
     content): move the earlier run's outputs back from ``previous``, leaving the
     directory as it was."""
-    from harness.results import RUN_OUTPUTS
+    from harness.run.results import RUN_OUTPUTS
 
     written = {path.name for pattern in RUN_OUTPUTS for path in out_dir.glob(pattern)
                if path.is_file()}
@@ -188,7 +188,7 @@ def _refuse_unknown_overrides() -> None:
     or deletes one every run reads (``~seed``: the run would stop on it)."""
     from hydra._internal.utils import get_args_parser
 
-    from harness.override_check import check_overrides
+    from harness.config.override_check import check_overrides
 
     parser = get_args_parser()
     parser.exit_on_error = False

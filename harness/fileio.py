@@ -1,6 +1,6 @@
 """File I/O every package may use: atomic writes (never a half-written file) and one
 strict JSON reader whose errors name the file. Imports nothing of the project but
-``harness.errors`` and ``harness.run_lock`` (the owner check), so kernels/ and reports/ use it without importing the harness."""
+``harness.errors`` and ``harness.run.run_lock`` (the owner check), so kernels/ and reports/ use it without importing the harness."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file,
     and none into a run directory another run owns now (``run_lock.check_owner``). An
     ``OSError`` (disk full, read-only) becomes an ``OutputError`` naming the path."""
-    from harness.run_lock import check_owner
+    from harness.run.run_lock import check_owner
 
     path = Path(path)
     tmp = None
@@ -113,7 +113,7 @@ def read_json(path: Path, missing: str = "file not found") -> Any:
 def launch_path(path: str) -> Path:
     """``path`` (``~`` expanded) taken from the directory the user ran in, not Hydra's run
     directory (``hydra.job.chdir=true``): where the loaders read it and the config hash
-    (``harness.results.config_hash``) hashes it."""
+    (``harness.run.results.config_hash``) hashes it."""
     candidate = Path(os.path.expanduser(path))
     return candidate if candidate.is_absolute() else _launch_dir() / candidate
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.bench_spec import HeadConfig
+from pagebench.kernels.bench_spec import HeadConfig
 
 
 @dataclass

@@ -24,14 +24,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kernels.bench_spec import HeadConfig, KernelBenchSpec
-from kernels.decode_plan import DECODE_CONFIGS
+from pagebench.kernels.bench_spec import HeadConfig, KernelBenchSpec
+from pagebench.kernels.decode_plan import DECODE_CONFIGS
 
 TARGET_DTYPE, TARGET_BLOCK, TARGET_MIN_BATCH, TARGET_MIN_CONTEXT = "float16", 16, 32, 4096
 PHASES = ("target", "block_sweep", "rest", "flex")
 
 # Measured on this project's CI machine (2 shared cores, 2026-12-01): `python -m
-# kernels.compile_check --case gqa-8b-bs16 --case mha-13b-bs16 --case contiguous-gqa-8b
+# pagebench.kernels.compile_check --case gqa-8b-bs16 --case mha-13b-bs16 --case contiguous-gqa-8b
 # --case gqa-8b-bs1 --case gqa-8b-bs256` compiled 5 decode variants for sm_90 in 16.8 s
 # (process start included): ~3 s each. The H200 host compiles the same way (Triton + ptxas).
 TRITON_COMPILE_S = 3.0

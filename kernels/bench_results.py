@@ -100,7 +100,7 @@ def read_log(path: Path) -> list[dict]:
     """The records of a point log; a last line cut by a kill is dropped."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: no such point log (kernels.benchmark writes it as it measures)")
+        raise ConfigError(f"{path}: no such point log (pagebench.kernels.benchmark writes it as it measures)")
     records = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         try:

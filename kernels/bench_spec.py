@@ -21,7 +21,7 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch
 BASELINES = ("reference", "sdpa", "flex")
 DEVICES = ("auto", "cuda", "cpu")
 BLOCK_ORDERS = ("random", "sequential")
-# What the decode kernels accept (kernels.paged_decode.validate_decode_common): refused here,
+# What the decode kernels accept (pagebench.kernels.paged_decode.validate_decode_common): refused here,
 # before the sweep, instead of as an error on every measured point.
 MAX_HEAD_DIM = 256
 NUM_SPLITS_RANGE = (1, 1024)

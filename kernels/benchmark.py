@@ -1,7 +1,7 @@
 """The indirection benchmark: what the block table costs inside decode attention.
 
 ``run_kernel_benchmark(spec, out_dir)`` sweeps batch x context x block size x head config
-x dtype in the order of ``kernels.bench_plan`` (the target points first). For each point
+x dtype in the order of ``pagebench.kernels.bench_plan`` (the target points first). For each point
 it times, on the same inputs:
 
 * ``paged``       -- ``paged_decode_attention`` over a cache whose blocks are scattered
@@ -16,7 +16,7 @@ it times, on the same inputs:
 Nothing measured is lost: every point is appended to ``kernel_points.jsonl`` (and flushed)
 as soon as it is measured, and ``kernel_results.{json,csv,md}`` are built from that file
 -- at the end, on Ctrl-C / SIGINT (the GPU check's stage timeout), or afterwards with
-``python -m kernels.benchmark --summarize DIR``.
+``python -m pagebench.kernels.benchmark --summarize DIR``.
 
 Timing: on CUDA ``triton.testing.do_bench`` (median; it clears L2 between runs); on CPU a
 timed loop, median of ``cpu_repeats`` after one warm-up, and the results say
@@ -25,7 +25,7 @@ engine uses there (the interpreter is not a timing target).
 
 Bytes that must move: K and V read once (``2 * batch * context * kv_heads * head_dim *
 dtype``) plus q and out; achieved bandwidth = bytes / time, and its fraction of the read
-and of the copy bandwidth measured in the same run (``kernels.bandwidth``; read-only is
+and of the copy bandwidth measured in the same run (``pagebench.kernels.bandwidth``; read-only is
 the ceiling for decode).
 
 End-to-end share (needs ``hidden_size`` and ``intermediate_size`` in the head config): one
@@ -51,16 +51,16 @@ from pathlib import Path
 import torch
 
 from harness.errors import ConfigError
-from kernels.bandwidth import copy_bandwidth, read_bandwidth
-from kernels.bench_inputs import flex_call, linear_call, make_contiguous_inputs, make_paged_layout, sdpa_call
-from kernels.bench_plan import PHASES, Visit, describe, estimate_s, plan_visits
-from kernels.bench_results import (POINTS_FILE, PointLog, check_targets, markdown_table, results_from_log,
+from pagebench.kernels.bandwidth import copy_bandwidth, read_bandwidth
+from pagebench.kernels.bench_inputs import flex_call, linear_call, make_contiguous_inputs, make_paged_layout, sdpa_call
+from pagebench.kernels.bench_plan import PHASES, Visit, describe, estimate_s, plan_visits
+from pagebench.kernels.bench_results import (POINTS_FILE, PointLog, check_targets, markdown_table, results_from_log,
                                    row_of, summarize, write_results)
-from kernels.bench_spec import DTYPES, HeadConfig, KernelBenchSpec, _plain, load_spec
-from kernels.contiguous_decode import contiguous_decode_attention
-from kernels.decode_plan import launch_plan
-from kernels.paged_decode import last_kernel_config, paged_decode_attention
-from kernels.reference import paged_decode_attention_reference
+from pagebench.kernels.bench_spec import DTYPES, HeadConfig, KernelBenchSpec, _plain, load_spec
+from pagebench.kernels.contiguous_decode import contiguous_decode_attention
+from pagebench.kernels.decode_plan import launch_plan
+from pagebench.kernels.paged_decode import last_kernel_config, paged_decode_attention
+from pagebench.kernels.reference import paged_decode_attention_reference
 
 __all__ = ["HeadConfig", "KernelBenchSpec", "check_targets", "load_spec", "main", "markdown_table",
            "run_kernel_benchmark", "summarize", "write_results"]
@@ -153,9 +153,9 @@ def _header(spec: KernelBenchSpec, device: torch.device, visits: list[Visit], co
                            else "torch reference (CPU execution path)"),
             "bytes": "K and V read once + q + out; block tables not counted",
             "copy_bandwidth": f"dst.copy_(src) of {copy_bytes} bytes, (read + write) / time",
-            "read_bandwidth": f"every byte of {copy_bytes} bytes read once (kernels.bandwidth), read / time",
+            "read_bandwidth": f"every byte of {copy_bytes} bytes read once (pagebench.kernels.bandwidth), read / time",
             "block_order": spec.block_order,
-            "order": "phases target, block_sweep, rest, flex (kernels.bench_plan)",
+            "order": "phases target, block_sweep, rest, flex (pagebench.kernels.bench_plan)",
             "contiguous": "independent of block size: timed once per (head config, dtype, batch, context)",
             "end_to_end": ("step = num_layers x (paged attention + linear), linear = measured time of one layer's "
                            "QKV, O and MLP matmuls at this batch; norms, RoPE, activations and LM head left out, "
@@ -372,7 +372,7 @@ def prefer_explicit(spec: dict, keys: Iterable[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.benchmark", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagebench.kernels.benchmark", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
                         help="YAML with a kernel_bench node (default: conf/experiment/kernels.yaml)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: outputs/kernels/<time>)")

@@ -32,8 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import _runtime as rt
-from kernels import reference as ref
+from pagebench.kernels import _runtime as rt
+from pagebench.kernels import reference as ref
 
 COPY_CHUNK = 1024  # elements per program of a block copy
 

@@ -10,7 +10,7 @@ ints equal to 1 as constants), and compiles it ahead of time for a CUDA target w
 in 16-byte ``cp.async``/``ld.global.v4`` loads; 2-byte loads there mean the alignment
 analysis failed; the 4-byte ones are block-table and length loads).
 
-    python -m kernels.compile_check [--arch 90] [--case NAME ...]
+    python -m pagebench.kernels.compile_check [--arch 90] [--case NAME ...]
 
 NOTE: uses Triton internals (``ASTSource``, ``GPUTarget``, ``native_specialize_impl``); the
 test that calls it skips when they are missing. It does not replace running on a GPU.
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from kernels import _runtime as rt
-from kernels import bandwidth, cache_write, paged_decode
-from kernels.decode_plan import DECODE_CONFIGS, resident_ctas_per_sm
+from pagebench.kernels import _runtime as rt
+from pagebench.kernels import bandwidth, cache_write, paged_decode
+from pagebench.kernels.decode_plan import DECODE_CONFIGS, resident_ctas_per_sm
 
 KERNEL_MODULES = (paged_decode, cache_write, bandwidth)
 
@@ -152,7 +152,7 @@ def _decode_case(*, paged=True, num_seqs=4, num_heads=32, num_kv_heads=8, head_d
             k = torch.empty(num_seqs * per_seq, block_size, num_kv_heads, head_dim, dtype=dtype)
             tables = torch.zeros(num_seqs, per_seq, dtype=torch.int32)
             return paged_decode.paged_decode_attention(q, k, k, tables, lens, **kw)
-        from kernels.contiguous_decode import contiguous_decode_attention
+        from pagebench.kernels.contiguous_decode import contiguous_decode_attention
 
         k = torch.empty(num_seqs * context, num_kv_heads, head_dim, dtype=dtype)
         starts = torch.arange(num_seqs, dtype=torch.int32) * context
@@ -216,7 +216,7 @@ def check(cases: list[str] | None = None, arch: int = 90) -> list[CompiledVarian
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.compile_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagebench.kernels.compile_check", description=__doc__.splitlines()[0])
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability x 10 (90 = H100/H200)")
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="default: all")
     args = parser.parse_args(argv)

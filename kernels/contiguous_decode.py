@@ -7,7 +7,7 @@ Layout::
     seq_starts   [num_seqs]   first slot of each sequence: token j lives at slot start + j
     context_lens [num_seqs]
 
-This is the same Triton kernel as ``kernels.paged_decode`` (``_decode_kernel`` with the
+This is the same Triton kernel as ``pagebench.kernels.paged_decode`` (``_decode_kernel`` with the
 constexpr ``PAGED=False``): same tiles, same softmax, same split-K heuristic and launch
 configuration. The only difference is the row address of token ``j`` -- ``start + j``
 instead of ``table[j // block_size] * block_size + j % block_size`` (with the block ids
@@ -19,19 +19,19 @@ benchmark passes the same value to both kernels); without it the wrapper reads
 ``context_lens.max()``, which synchronises with the device.
 
 CPU tensors run the torch reference unless the Triton interpreter is active (see
-``kernels._runtime``).
+``pagebench.kernels._runtime``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from kernels import _runtime as rt
-from kernels.paged_decode import decode_launch, validate_decode_common
-from kernels.reference import contiguous_decode_attention_reference
+from pagebench.kernels import _runtime as rt
+from pagebench.kernels.paged_decode import decode_launch, validate_decode_common
+from pagebench.kernels.reference import contiguous_decode_attention_reference
 
 # The Triton kernel lives in paged_decode.py and is shared; re-exported for discoverability.
-from kernels.decode_kernel import _decode_kernel, _reduce_splits_kernel  # noqa: F401
+from pagebench.kernels.decode_kernel import _decode_kernel, _reduce_splits_kernel  # noqa: F401
 
 
 def contiguous_decode_attention(
@@ -54,7 +54,7 @@ def contiguous_decode_attention(
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim], dtype of q
     """Attention of each sequence's one query token over its slot range ``[start, start + L)``.
 
-    Keywords as in ``kernels.paged_decode.paged_decode_attention``; ``max_context_len``
+    Keywords as in ``pagebench.kernels.paged_decode.paged_decode_attention``; ``max_context_len``
     defaults to ``context_lens.max()`` (a device sync on GPU tensors).
     """
     device, scale, alibi_slopes = validate_decode_common(

@@ -4,8 +4,8 @@
 split); a constexpr ``PAGED`` picks how token ``j`` becomes a cache row: through the block
 table (``table[j // block_size] * block_size + j % block_size``) or ``start + j``.
 Everything else -- tiles, softmax, split-K -- is the same code, which makes the pair a
-controlled experiment for the cost of the indirection. See ``kernels.paged_decode`` for
-the algorithm and ``kernels.decode_plan`` for the launch configuration.
+controlled experiment for the cost of the indirection. See ``pagebench.kernels.paged_decode`` for
+the algorithm and ``pagebench.kernels.decode_plan`` for the launch configuration.
 
 Key loop, per tile of ``TILE_N`` tokens:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode_plan import autotuned
+from pagebench.kernels.decode_plan import autotuned
 
 
 @triton.jit

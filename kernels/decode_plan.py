@@ -1,6 +1,6 @@
 """How a decode-attention call is cut into programs: split-K, tiles, warps, pipeline depth.
 
-Shared by ``kernels.paged_decode`` and ``kernels.contiguous_decode`` (one launch plan for
+Shared by ``pagebench.kernels.paged_decode`` and ``pagebench.kernels.contiguous_decode`` (one launch plan for
 both, so their timings differ only by the block table).
 
 Split-K (``choose_num_splits``) counts waves. A GPU runs ``SMs x resident CTAs per SM``
@@ -15,7 +15,7 @@ reduction), with no split shorter than ``MIN_TOKENS_PER_SPLIT`` tokens and at mo
 ``MAX_SPLITS``.
 
 Resident CTAs per SM come from ``resident_ctas_per_sm`` on the default config's
-registers and shared memory, as ``python -m kernels.compile_check`` reports them for
+registers and shared memory, as ``python -m pagebench.kernels.compile_check`` reports them for
 sm_90 (``SM90_DECODE_CTAS_PER_SM``; tests/test_kernel_compile.py recomputes it from the
 compiled kernel, so the constant cannot drift from the code).
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from kernels import _runtime as rt
+from pagebench.kernels import _runtime as rt
 
 MIN_TOKENS_PER_SPLIT = 256
 MAX_SPLITS = 64

@@ -7,7 +7,7 @@ Layout::
     block_tables [num_seqs, max_blocks]  int32: logical block i of seq s is block_tables[s, i]
     context_lens [num_seqs]              tokens in the cache per sequence (query token included)
 
-The kernel (``_decode_kernel``) is shared with ``kernels.contiguous_decode``: a constexpr
+The kernel (``_decode_kernel``) is shared with ``pagebench.kernels.contiguous_decode``: a constexpr
 ``PAGED`` picks the only lines that differ, how token ``j`` of a sequence becomes a cache
 row (``table[j // block_size] * block_size + j % block_size`` vs ``start + j``). Everything
 else -- tiling, softmax, split-K, launch configuration -- is literally the same code, which
@@ -20,8 +20,8 @@ Algorithm, per program = (sequence, KV head [, chunk of its query heads], split)
   whole group (MHA: group 1, MQA: group = num_heads). Groups larger than BLOCK_M (64, or
   32 at head_dim 256) are split in chunks that each re-read K/V.
 * Keys are walked in tiles of ``TILE_N`` tokens (autotuned on CUDA, see
-  ``kernels.decode_plan``); the block ids are loaded once per block and a tile ahead, full
-  tiles run unmasked and the last partial tile is peeled (``kernels.decode_kernel``).
+  ``pagebench.kernels.decode_plan``); the block ids are loaded once per block and a tile ahead, full
+  tiles run unmasked and the last partial tile is peeled (``pagebench.kernels.decode_kernel``).
 * Online softmax in fp32 with exp2 (scale folded with log2 e); ``p`` is cast to the V
   dtype for the second ``tl.dot`` (fp32 inputs use IEEE fp32 dots, not TF32).
 * Head dims that are not powers of two are padded to the next one and masked.
@@ -30,14 +30,14 @@ Algorithm, per program = (sequence, KV head [, chunk of its query heads], split)
   and sum; ``_reduce_splits_kernel`` combines them (an online softmax over the splits, 16
   heads per program).
 
-Split heuristic (``kernels.decode_plan.choose_num_splits``): the split count that minimises
+Split heuristic (``pagebench.kernels.decode_plan.choose_num_splits``): the split count that minimises
 the wave-quantised time on ``SMs x resident CTAs per SM`` slots, no split shorter than 256
 tokens, at most 64. The context bound is ``max_blocks * block_size`` (known on the host
 without a device sync) unless ``max_context_len=`` is given. ``num_splits=`` forces a value
 (tests, benchmarks).
 
 CPU tensors run the torch reference unless the Triton interpreter is active
-(``TRITON_INTERPRET=1`` before triton is imported; see ``kernels._runtime``); the engine's
+(``TRITON_INTERPRET=1`` before triton is imported; see ``pagebench.kernels._runtime``); the engine's
 CPU executor relies on this.
 """
 
@@ -48,10 +48,10 @@ import math
 import torch
 import triton
 
-from kernels import _runtime as rt
-from kernels.decode_kernel import _decode_kernel, _decode_kernel_tuned, _reduce_splits_kernel
-from kernels.decode_plan import chosen_config, launch_plan
-from kernels.reference import paged_decode_attention_reference
+from pagebench.kernels import _runtime as rt
+from pagebench.kernels.decode_kernel import _decode_kernel, _decode_kernel_tuned, _reduce_splits_kernel
+from pagebench.kernels.decode_plan import chosen_config, launch_plan
+from pagebench.kernels.reference import paged_decode_attention_reference
 
 MAX_HEAD_DIM = 256
 MAX_BLOCK_SIZE = 256
@@ -229,10 +229,10 @@ def paged_decode_attention(
         tile_size: tokens per key tile (power of two, 16..256).
         num_stages: software-pipeline depth of the key loop (Triton ``num_stages``).
         num_warps: warps per program. With none of tile_size / num_stages / num_warps given,
-            CUDA autotunes them (``kernels.decode_plan``); otherwise the ones not given are
+            CUDA autotunes them (``pagebench.kernels.decode_plan``); otherwise the ones not given are
             64 tokens (32 at head_dim > 128), 3 stages, 4 warps.
         out: optional output buffer shaped like ``q``.
-        backend: "auto" | "triton" | "torch", see ``kernels._runtime``.
+        backend: "auto" | "triton" | "torch", see ``pagebench.kernels._runtime``.
 
     Raises ValueError on malformed inputs (shapes, dtypes, devices, a block size that is
     not a power of two in 1..256, ...). Context lengths and block ids are range-checked

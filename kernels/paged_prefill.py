@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import _runtime as rt
+from pagebench.kernels import _runtime as rt
 
 BLOCK_M = 16  # query rows per program (tl.dot needs >= 16)
 MAX_HEAD_DIM = 256

@@ -1,9 +1,9 @@
 """Re-render reports from existing results, without re-running anything.
 
-    python -m reports outputs/2026-11-30/12-00-00        # a run: report.html
-    python -m reports multirun/2026-11-30/12-00-00       # a sweep: sweep_report.html
+    python -m pagebench.reports outputs/2026-11-30/12-00-00        # a run: report.html
+    python -m pagebench.reports multirun/2026-11-30/12-00-00       # a sweep: sweep_report.html
                                                          # (and each job's report.html)
-    python -m reports outputs/.../vllm_fig2              # a paper study (study.json)
+    python -m pagebench.reports outputs/.../vllm_fig2              # a paper study (study.json)
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ def is_run_dir(path: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagebench.reports", description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
     parser.add_argument("--no-jobs", action="store_true",
                         help="for a multirun directory, skip re-rendering each job's report.html")
     args = parser.parse_args(argv)
-    from reports.render import render_run_report
-    from reports.sweep import collect_jobs, failure_reason, render_sweep_report
+    from pagebench.reports.render import render_run_report
+    from pagebench.reports.sweep import collect_jobs, failure_reason, render_sweep_report
 
     status = 0
     for path in args.dirs:
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             if (path / "study.json").exists():
-                from reports.paper_section import render_study_report
+                from pagebench.reports.paper_section import render_study_report
 
                 print(render_study_report(path))
                 continue

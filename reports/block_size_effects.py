@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import figures as F
-from reports.html import absent, esc, figure, table
+from pagebench.reports import figures as F
+from pagebench.reports.html import absent, esc, figure, table
 
 
 def effect_rows(points: list[tuple[int, dict]]) -> list[dict]:
@@ -128,7 +128,7 @@ def study_effects(study: dict) -> str:
 
 
 def sweep_effects(jobs: list) -> str:
-    """The section of a block-size sweep (``reports.sweep.Job`` list): one per paged system."""
+    """The section of a block-size sweep (``pagebench.reports.sweep.Job`` list): one per paged system."""
     groups: dict[str, list[tuple[int, dict]]] = {}
     for job in jobs:
         others = "".join(f", {k}={v}" for k, v in job.params.items() if k != "block_size")

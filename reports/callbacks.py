@@ -27,7 +27,7 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-# NOTE: reports.sweep (matplotlib, pandas) is imported when a sweep needs it: every run,
+# NOTE: pagebench.reports.sweep (matplotlib, pandas) is imported when a sweep needs it: every run,
 # a single one included, instantiates this callback, and a run with report=false (or one
 # refused for a config error) never draws anything.
 
@@ -58,7 +58,7 @@ class SweepReportCallback(Callback):
         sweep_dir = _sweep_dir(config)
         if sweep_dir is None:
             return
-        from reports.sweep import planned_jobs, set_aside_earlier_jobs
+        from pagebench.reports.sweep import planned_jobs, set_aside_earlier_jobs
 
         # NOTE: multirun.yaml is written by the sweeper after this call: plan from the config
         planned = planned_jobs(config.hydra)
@@ -81,7 +81,7 @@ class SweepReportCallback(Callback):
         sweep_dir = _sweep_dir(config)
         if sweep_dir is None:
             return
-        from reports.sweep import FAILED_MARKER, collect_jobs, expected_jobs
+        from pagebench.reports.sweep import FAILED_MARKER, collect_jobs, expected_jobs
 
         failed = job_return.status == JobStatus.FAILED
         if failed:
@@ -124,8 +124,8 @@ class SweepReportCallback(Callback):
         if self.enabled and sweep_dir is not None:
             self._render(sweep_dir)
         if self.progress and sweep_dir is not None and sweep_dir.is_dir():
-            from reports.summary import print_sweep_summary
-            from reports.sweep import collect_jobs
+            from pagebench.reports.summary import print_sweep_summary
+            from pagebench.reports.sweep import collect_jobs
 
             print_sweep_summary(sweep_dir, collect_jobs(sweep_dir))
 
@@ -140,11 +140,11 @@ class SweepReportCallback(Callback):
     def _render(self, sweep_dir: Path) -> None:
         self._unreported = False
         try:
-            from reports.sweep import render_sweep_report
+            from pagebench.reports.sweep import render_sweep_report
 
             out = render_sweep_report(sweep_dir)
         except Exception as exc:  # noqa: BLE001 - the jobs' results are safe; say how to retry
-            print(f"sweep report not written ({exc}); retry with: python -m reports {sweep_dir}",
+            print(f"sweep report not written ({exc}); retry with: python -m pagebench.reports {sweep_dir}",
                   file=sys.stderr)
             return
         print(f"sweep report: {out}", file=sys.stderr, flush=True)

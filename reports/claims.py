@@ -17,8 +17,8 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
-from reports.metrics import waste_pct
-from reports.rundata import RunData
+from pagebench.reports.metrics import waste_pct
+from pagebench.reports.rundata import RunData
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 HOLDS, FAILS, NOT_MEASURED = "holds", "does not hold", "not measured in this run"
@@ -54,7 +54,7 @@ class NotMeasured(Exception):
 
 # --------------------------------------------------------------------------- measurements
 def worked_example_max_reservation(run: RunData, length: int, max_len: int) -> list[Measured]:
-    from allocators.contiguous import ContiguousKVCacheManager
+    from pagebench.allocators.contiguous import ContiguousKVCacheManager
 
     manager = ContiguousKVCacheManager(max_len, policy="max", max_model_len=max_len, arena="buddy")
     manager.admit(0, list(range(length)), final_len=length, num_tokens=length)
@@ -67,7 +67,7 @@ def worked_example_max_reservation(run: RunData, length: int, max_len: int) -> l
 
 
 def worked_example_paged_utilization(run: RunData, length: int, block_size: int) -> list[Measured]:
-    from allocators.paged import PagedKVCacheManager
+    from pagebench.allocators.paged import PagedKVCacheManager
 
     manager = PagedKVCacheManager(length // block_size + 2, block_size, enable_prefix_caching=False)
     manager.admit(0, list(range(length)), final_len=length, num_tokens=length)

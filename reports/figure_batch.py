@@ -18,9 +18,9 @@ from typing import Callable
 
 from matplotlib.figure import Figure
 
-from harness.processes import fork_is_safe, forking, usable_cpus, worker_pool
-from reports.figures import to_data_uri
-from reports.html import figure
+from harness.run.processes import fork_is_safe, forking, usable_cpus, worker_pool
+from pagebench.reports.figures import to_data_uri
+from pagebench.reports.html import figure
 
 MIN_PARALLEL = 4  # fewer figures are drawn in this process (starting and ending 2 workers: ~35 ms)
 
@@ -80,7 +80,7 @@ def parallel_workers(num_figures: int) -> int:
     """How many processes to draw ``num_figures`` figures in: 1 (this one) unless there are
     enough figures, several CPUs, and forking is safe here.
 
-    Safe: ``harness.processes.fork_is_safe``, and this is not a daemonic worker (which may
+    Safe: ``harness.run.processes.fork_is_safe``, and this is not a daemonic worker (which may
     not have children).
     """
     if (num_figures < MIN_PARALLEL or not fork_is_safe()

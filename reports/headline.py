@@ -4,13 +4,13 @@ bought."""
 
 from __future__ import annotations
 
-from reports.html import esc, fmt
-from reports.metrics import waste_pct
+from pagebench.reports.html import esc, fmt
+from pagebench.reports.metrics import waste_pct
 
 
 def load_parts(results: dict) -> list[str]:
-    """The offered load, and a plain note when queueing dominates latency (reports.summary)."""
-    from reports.summary import load_figures, overload_lines
+    """The offered load, and a plain note when queueing dominates latency (pagebench.reports.summary)."""
+    from pagebench.reports.summary import load_figures, overload_lines
 
     workload = results.get("workload") or {}
     offered, span = workload.get("mean_rate_rps"), workload.get("arrival_span_s")

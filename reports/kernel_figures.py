@@ -1,4 +1,4 @@
-"""Figures of the kernel benchmark (``kernels.benchmark`` results) for the HTML report.
+"""Figures of the kernel benchmark (``pagebench.kernels.benchmark`` results) for the HTML report.
 
 ``kernel_figures(results)`` returns three (matplotlib Figure, caption) pairs, one subplot per head config:
 

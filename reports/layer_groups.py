@@ -4,7 +4,7 @@ run shows what the hybrid manager saves and what its page unification costs."""
 
 from __future__ import annotations
 
-from reports.html import esc, fmt, table
+from pagebench.reports.html import esc, fmt, table
 
 GIB = 2**30
 

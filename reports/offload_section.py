@@ -1,10 +1,10 @@
 """The run report's table of the offload tiers (``engine.offload``, results.json ``offload``):
 per system, the prefix hits by tier, TTFT, the loads' share of it and the bytes moved.
-The sweep report compares the tier on and off (``reports.metrics``' offload metrics)."""
+The sweep report compares the tier on and off (``pagebench.reports.metrics``' offload metrics)."""
 
 from __future__ import annotations
 
-from reports.html import table
+from pagebench.reports.html import table
 
 GIB = 1024**3
 

@@ -3,7 +3,7 @@
 Each ``FIGURES[study]`` drawer takes ``study.json``'s content and the study's entry of
 ``reports/paper_values.yaml`` and returns a matplotlib figure drawn like the paper's:
 published values hatched beside the measured ones where the paper prints them.
-``reports.paper_section`` places the figure in the study's report.
+``pagebench.reports.paper_section`` places the figure in the study's report.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from reports import figures as F
+from pagebench.reports import figures as F
 
 PAPER_LABELS = {"orca_max": "Orca (Max)", "orca_pow2": "Orca (Pow2)",
                 "orca_oracle": "Orca (Oracle)", "vllm": "vLLM"}

@@ -6,8 +6,8 @@ the measured figure drawn like the paper's (published values beside the measured
 ones where the paper prints them), a table of published vs measured values with the
 difference, and a sentence for each material difference.
 
-    python -m reports.paper_section <study run dir> [...]              # re-render
-    python -m reports.paper_section --markdown <study run dirs>        # docs/paper.md table
+    python -m pagebench.reports.paper_section <study run dir> [...]              # re-render
+    python -m pagebench.reports.paper_section --markdown <study run dirs>        # docs/paper.md table
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 
 from harness.fileio import atomic_write_text
-from reports import figures as F
-from reports.html import esc, figure, fmt, page, table
-from reports.paper_figures import FIGURES, PAPER_LABELS
+from pagebench.reports import figures as F
+from pagebench.reports.html import esc, figure, fmt, page, table
+from pagebench.reports.paper_figures import FIGURES, PAPER_LABELS
 
 PAPER_VALUES = Path(__file__).with_name("paper_values.yaml")
 
@@ -220,7 +220,7 @@ def study_section(study: dict, values: dict | None = None, *, heading_level: int
     if details:
         parts.append("<h4>Measured details</h4>" + details)
     if name == "vllm_fig18b":  # the memory and the time effect of the block size, apart
-        from reports.block_size_effects import study_effects
+        from pagebench.reports.block_size_effects import study_effects
 
         parts.append(study_effects(study))
     return "\n".join(parts)
@@ -235,7 +235,7 @@ def read_study(path: Path) -> dict:
     this version can render; a malformed file is an InputError naming the file and field."""
     from harness.errors import InputError
     from harness.fileio import read_json
-    from harness.results import STUDY_SCHEMA_VERSION
+    from harness.run.results import STUDY_SCHEMA_VERSION
 
     path = Path(path)
     if path.is_dir() and path.name != "study.json":
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     markdown = "--markdown" in args
     dirs = [a for a in args if a != "--markdown"]
     if not dirs:
-        print("usage: python -m reports.paper_section [--markdown] <study run dir> [...]",
+        print("usage: python -m pagebench.reports.paper_section [--markdown] <study run dir> [...]",
               file=sys.stderr)
         return 2
     from harness.errors import PagebenchError

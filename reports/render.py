@@ -13,16 +13,16 @@ import traceback
 from pathlib import Path
 
 from harness.fileio import atomic_write_text
-from reports import figures as F
-from reports.claims import FAILS, HOLDS, evaluate_claims
-from reports.figure_batch import PendingFigure, resolve
-from reports.headline import headline_sentence, load_parts
-from reports.html import Raw, absent, esc, fmt, page, table
-from reports.layer_groups import layer_group_parts
-from reports.metrics import energy_per_token_j, waste_pct
-from reports.offload_section import offload_table
-from reports.rundata import RunData, load_run
-from reports.telemetry import telemetry_figure
+from pagebench.reports import figures as F
+from pagebench.reports.claims import FAILS, HOLDS, evaluate_claims
+from pagebench.reports.figure_batch import PendingFigure, resolve
+from pagebench.reports.headline import headline_sentence, load_parts
+from pagebench.reports.html import Raw, absent, esc, fmt, page, table
+from pagebench.reports.layer_groups import layer_group_parts
+from pagebench.reports.metrics import energy_per_token_j, waste_pct
+from pagebench.reports.offload_section import offload_table
+from pagebench.reports.rundata import RunData, load_run
+from pagebench.reports.telemetry import telemetry_figure
 
 NAV = "<nav></nav>"
 SECTIONS = [("summary", "Summary"), ("memory", "Memory"), ("serving", "Serving"),
@@ -296,12 +296,12 @@ def _kernel_section(run: RunData) -> list[str | PendingFigure]:
     if run.kernel_results is None:
         return parts + [absent("Kernel benchmarks (no kernel_results.json)")]
     try:
-        from reports.kernel_figures import kernel_figures
+        from pagebench.reports.kernel_figures import kernel_figures
 
         figs = kernel_figures(run.kernel_results)
     except ImportError:
         figs = []
-        parts.append("<p class='note'>reports.kernel_figures is not available; the kernel "
+        parts.append("<p class='note'>pagebench.reports.kernel_figures is not available; the kernel "
                      "results are listed below.</p>")
     except Exception:  # noqa: BLE001 - a broken figure must not lose the whole report
         print("warning: kernel figures failed:\n" + traceback.format_exc(), file=sys.stderr)
@@ -334,7 +334,7 @@ def _kernel_section(run: RunData) -> list[str | PendingFigure]:
 
 def _kernel_summary(kernel: dict) -> str:
     """The summary of a kernels-only run: what was timed, and paged / contiguous per head."""
-    from reports.summary import kernel_summary_lines
+    from pagebench.reports.summary import kernel_summary_lines
 
     lines = kernel_summary_lines(kernel)
     items = "".join(f"<li>{esc(line.strip())}</li>" for line in lines[1:])

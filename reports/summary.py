@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from reports.metrics import waste_pct
+from pagebench.reports.metrics import waste_pct
 
 # Offered above served by more than this factor, and a drain time this much longer than the
 # trace's span: the queue grows through the whole trace (a stable system drains within a
@@ -181,7 +181,7 @@ def print_run_summary(out_dir: Path, file: TextIO | None = None) -> None:
 
 def print_sweep_summary(sweep_dir: Path, jobs: list, file: TextIO | None = None) -> None:
     """Print a sweep's summary: one line per (finished job, system), then its report's
-    paths. ``jobs``: ``reports.sweep.collect_jobs(sweep_dir)``."""
+    paths. ``jobs``: ``pagebench.reports.sweep.collect_jobs(sweep_dir)``."""
     done = [job for job in jobs if job.results]
     varied = [key for key in dict.fromkeys(k for job in done for k in job.params)
               if len({str(job.params.get(key)) for job in done}) > 1]  # what the sweep swept

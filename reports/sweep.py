@@ -24,15 +24,15 @@ import yaml
 
 from harness.errors import InputError
 from harness.fileio import atomic_write_text
-from harness.results import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, next_previous_dir, read_results
-from reports import figures as F
-from reports.figure_batch import PendingFigure, resolve
-from reports.html import absent, esc, page, table
-from reports.metrics import HEADLINE_METRICS, headline_values
+from harness.run.results import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, next_previous_dir, read_results
+from pagebench.reports import figures as F
+from pagebench.reports.figure_batch import PendingFigure, resolve
+from pagebench.reports.html import absent, esc, page, table
+from pagebench.reports.metrics import HEADLINE_METRICS, headline_values
 
 REPORT_NAME = "sweep_report.html"
 TABLE_NAME = "sweep_results.csv"
-FAILED_MARKER = "job_failed.txt"  # written by reports.callbacks when a job raises
+FAILED_MARKER = "job_failed.txt"  # written by pagebench.reports.callbacks when a job raises
 FINISHED, INCOMPLETE, FAILED, MISSING = "finished", "incomplete", "failed", "not started"
 STOPPED_LABEL = "incomplete job (stopped early: covers part of the run)"
 _SKIP_DIRS = {".hydra", ".submitit", "__pycache__", PREVIOUS_DIR}  # previous/: earlier runs set aside
@@ -403,7 +403,7 @@ def render_sweep_report(sweep_dir: Path | str) -> Path:
                 "Points circled in red are jobs that stopped early: their figures cover only "
                 "part of the run."))
         if "block_size" in swept:  # the memory and the time effect of the block size, apart
-            from reports.block_size_effects import sweep_effects
+            from pagebench.reports.block_size_effects import sweep_effects
 
             parts.append(sweep_effects([j for j in jobs if j.status == FINISHED]))
         shown = ["job", "status", *swept, "system", *[k for k, _ in metric_cols]]

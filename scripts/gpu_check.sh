@@ -22,7 +22,7 @@
 #   kernel-figures  kernel_results.json -> PNGs
 #   kernel-suite-cuda  the CI kernel tests compiled on CUDA, with the time left     (CUDA)
 #   compile-check (rehearsal only) the decode kernel compiled for sm_90 with the image's Triton:
-#                 fails on a spill (kernels.compile_check)
+#                 fails on a spill (pagebench.kernels.compile_check)
 #   summary       gpu_check.json + gpu_check.md: date, device, commit, stages, files to commit
 set -uo pipefail
 
@@ -41,8 +41,8 @@ fi
 
 # ---- setup -------------------------------------------------------------------------------
 install_pydeps 380
-stage imports 60 360 "$PY" -c "import hydra, omegaconf, torch, triton, pytest, harness.__main__, harness.calibrate, \
-harness.hostcost, kernels.benchmark, kernels.compile_check, reports.render, reports.kernel_figures; \
+stage imports 60 360 "$PY" -c "import hydra, omegaconf, torch, triton, pytest, harness.__main__, harness.tools.calibrate, \
+harness.tools.hostcost, pagebench.kernels.benchmark, pagebench.kernels.compile_check, pagebench.reports.render, pagebench.reports.kernel_figures; \
 print('imports ok: hydra', hydra.__version__, 'omegaconf', omegaconf.__version__, 'torch', torch.__version__, \
 'triton', triton.__version__)"
 
@@ -55,22 +55,22 @@ cuda_stage gpu-tests 100 260 "$PY" -m pytest -m gpu -q -p no:cacheprovider --dur
 
 # ---- kernel benchmark ----------------------------------------------------------------------
 mkdir -p "$OUT_DIR/kernels"
-stage kernel-plan 30 250 "$PY" -m kernels.benchmark --plan --device cuda
+stage kernel-plan 30 250 "$PY" -m pagebench.kernels.benchmark --plan --device cuda
 if [ "$HAS_CUDA" = 1 ]; then
   # the benchmark starts no new point 15 s before its limit; SIGINT at the limit keeps every point
-  stage kernel-bench 240 40 bash -c "$PY -m kernels.benchmark --device cuda --out '$OUT_DIR/kernels' \
+  stage kernel-bench 240 40 bash -c "$PY -m pagebench.kernels.benchmark --device cuda --out '$OUT_DIR/kernels' \
     --set time_budget_s=\$(( STAGE_LIMIT - 15 ))"
 else
-  stage kernel-bench 120 40 "$PY" -m kernels.benchmark --device cpu --out "$OUT_DIR/kernels" \
+  stage kernel-bench 120 40 "$PY" -m pagebench.kernels.benchmark --device cpu --out "$OUT_DIR/kernels" \
     --set cpu_repeats=1 --set "context_lens=[64]"
 fi
 if [ -f "$OUT_DIR/kernels/kernel_points.jsonl" ] && [ ! -f "$OUT_DIR/kernels/kernel_results.json" ]; then
-  stage kernel-summary 20 30 "$PY" -m kernels.benchmark --summarize "$OUT_DIR/kernels"   # killed run
+  stage kernel-summary 20 30 "$PY" -m pagebench.kernels.benchmark --summarize "$OUT_DIR/kernels"   # killed run
 fi
 stage kernel-figures 30 10 "$PY" - "$OUT_DIR/kernels" <<'EOF'
 import json, sys
 from pathlib import Path
-from reports.kernel_figures import kernel_figures
+from pagebench.reports.kernel_figures import kernel_figures
 out = Path(sys.argv[1])
 results = json.loads((out / "kernel_results.json").read_text())
 names = ["latency_vs_context", "bandwidth_vs_block_size", "paged_over_contiguous_vs_block_size"]
@@ -79,7 +79,7 @@ for name, (fig, _caption) in zip(names, kernel_figures(results)):
 print("targets:", json.dumps(results.get("targets"), indent=1))
 EOF
 if [ "$REHEARSE" = 1 ]; then   # no GPU: compile for sm_90 with the image's Triton instead
-  stage compile-check 120 5 "$PY" -m kernels.compile_check --arch 90 --case mha-13b-bs16 --case gqa-8b-bs1 \
+  stage compile-check 120 5 "$PY" -m pagebench.kernels.compile_check --arch 90 --case mha-13b-bs16 --case gqa-8b-bs1 \
     --case gqa-8b-bs16-split --case read-bandwidth-probe
 fi
 cuda_stage kernel-suite-cuda 150 5 "$PY" -m pytest -q -p no:cacheprovider -m "not gpu" \

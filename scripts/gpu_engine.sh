@@ -14,8 +14,8 @@
 # Stages (each time-limited; a failing stage is recorded and the next still runs):
 #   1. docqa, offline, paged vs contiguous max vs oracle   -> docqa/results.json, report.html
 #   2. sharegpt_like, offline, same systems                 -> sharegpt_like/...
-#   3. calibration fit of the sim (python -m harness.calibrate) -> h200-llama-2-13b-fit.yaml
-#   4. CPU-side block-table cost vs batch (python -m harness.hostcost)
+#   3. calibration fit of the sim (python -m harness.tools.calibrate) -> h200-llama-2-13b-fit.yaml
+#   4. CPU-side block-table cost vs batch (python -m harness.tools.hostcost)
 #   5. engine.md: throughput, batch sizes, memory breakdown, energy/token, digests, fit error
 # Stages 1-2 together are sized for about 3 minutes (each system also stops itself after
 # engine.wall_time_limit_s and is then marked incomplete rather than overrunning).
@@ -51,9 +51,9 @@ COMMON=(engine=torch "${MODEL_ARGS[@]}" hardware="$HARDWARE" engine.device="$DEV
 stage docqa 140 250 "$PY" -m harness workload=docqa "${COMMON[@]}" hydra.run.dir="$OUT_DIR/docqa"
 stage sharegpt_like 140 110 "$PY" -m harness workload=sharegpt_like "${COMMON[@]}" \
   hydra.run.dir="$OUT_DIR/sharegpt_like"
-stage calibrate 80 30 "$PY" -m harness.calibrate --model "$MODEL" --hardware "$HARDWARE" \
+stage calibrate 80 30 "$PY" -m harness.tools.calibrate --model "$MODEL" --hardware "$HARDWARE" \
   --device "$DEVICE" --name "$FIT_NAME" --out "$OUT_DIR/$FIT_NAME.yaml" --json "$OUT_DIR/calibration.json"
-stage hostcost 30 0 "$PY" -m harness.hostcost --device "$DEVICE" --json "$OUT_DIR/hostcost.json"
+stage hostcost 30 0 "$PY" -m harness.tools.hostcost --device "$DEVICE" --json "$OUT_DIR/hostcost.json"
 
 "$PY" - "$OUT_DIR" "$WEIGHTS" "${RESULTS[@]}" >"$OUT_DIR/engine.md" 2>>"$LOG" <<'EOF'
 import json, sys
@@ -95,7 +95,7 @@ if cal.is_file():
     print(f"- coefficients: {c['coefficients']}")
 host = out / "hostcost.json"
 if host.is_file():
-    from harness.hostcost import markdown
+    from harness.tools.hostcost import markdown
     print("\n## CPU-side block-table cost\n")
     print(markdown(json.loads(host.read_text())))
 EOF

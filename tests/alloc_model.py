@@ -15,7 +15,9 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from allocators import ContiguousKVCacheManager, PagedKVCacheManager, prefix_keys
+from pagebench.allocators.registry import ContiguousKVCacheManager, PagedKVCacheManager
+
+from pagebench.allocators import prefix_keys
 
 
 def check_breakdown(manager, expected: dict | None = None) -> None:
@@ -98,7 +100,7 @@ class _Model(ABC):
 
 
 def reference_chain_key(tokens: tuple, bs: int) -> int:
-    """The prefix-cache key of the block that ends ``tokens`` (``allocators.prefix_keys``)."""
+    """The prefix-cache key of the block that ends ``tokens`` (``pagebench.allocators.prefix_keys``)."""
     key = 0
     for start in range(0, len(tokens), bs):
         block = np.array(tokens[start:start + bs], np.int32).tobytes()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.config import CostSpec, EngineSpec, HardwareSpec, ModelSpec, SystemSpec
+from harness.config.specs import CostSpec, EngineSpec, HardwareSpec, ModelSpec, SystemSpec
 from harness.engine.engine import run_engine
 from harness.engine.executors import make_executor
 from harness.engine.scheduler import Scheduler
-from harness.systems import build_manager
+from harness.config.systems import build_manager
 from harness.workloads.request import Request
 
 MODEL = ModelSpec(name="t", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16,

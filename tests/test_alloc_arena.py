@@ -2,7 +2,7 @@
 
 import pytest
 
-from allocators.arena import ARENAS, BuddyArena, make_arena
+from pagebench.allocators.arena import ARENAS, BuddyArena, make_arena
 
 
 def test_buddy_rounds_up_and_splits_lowest_address_first():

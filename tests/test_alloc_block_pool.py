@@ -5,7 +5,7 @@ import pickle
 
 import pytest
 
-from allocators.block_pool import BlockPool
+from pagebench.allocators.block_pool import BlockPool
 
 
 def test_initial_free_queue_is_ascending_and_allocation_pops_the_head():

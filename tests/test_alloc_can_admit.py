@@ -4,7 +4,7 @@ cache, contiguous on every arena)."""
 import numpy as np
 import pytest
 
-from allocators import ContiguousKVCacheManager, PagedKVCacheManager
+from pagebench.allocators.registry import ContiguousKVCacheManager, PagedKVCacheManager
 
 PROMPTS = [np.arange(start, start + 200, dtype=np.int32) for start in (0, 10_000)]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from allocators import ContiguousKVCacheManager, make_manager
+from pagebench.allocators.registry import ContiguousKVCacheManager, make_manager
 
 
 def cm(policy="oracle", arena="first_fit", capacity=1024, max_model_len=256, **kw):

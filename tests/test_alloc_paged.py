@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from allocators import PagedKVCacheManager
+from pagebench.allocators.registry import PagedKVCacheManager
 
 BS = 16
 

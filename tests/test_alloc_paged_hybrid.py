@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from omegaconf import OmegaConf
 
-from allocators import PagedKVCacheManager
-from allocators.hybrid_layout import build_layout
-from allocators.paged_hybrid import HybridKVCacheManager
-from harness.config import SystemSpec
+from pagebench.allocators.registry import PagedKVCacheManager
+from pagebench.allocators.hybrid_layout import build_layout
+from pagebench.allocators.paged_hybrid import HybridKVCacheManager
+from harness.config.specs import SystemSpec
 from harness.errors import ConfigError
-from harness.hf_config import load_model_spec
-from harness.model_layers import LayerGroup
-from harness.run_setup import check_systems_for_model
+from harness.models.hf_config import load_model_spec
+from harness.models.model_layers import LayerGroup
+from harness.config.run_setup import check_systems_for_model
 from tests.engine_helpers import make_requests, paged, run
 
 CONF = Path(__file__).parents[1] / "conf/model"
@@ -358,8 +358,8 @@ del _name, _groups, _case
 
 
 def test_a_torch_run_is_refused_before_any_system_runs():
-    from harness.config import EngineSpec
-    from harness.run_setup import check_systems_for_engine
+    from harness.config.specs import EngineSpec
+    from harness.config.run_setup import check_systems_for_engine
 
     system = SystemSpec(name="paged_hybrid", kind="paged_hybrid", prefix_caching=True, block_size=16)
     with pytest.raises(ConfigError, match="paged_hybrid"):
@@ -369,7 +369,7 @@ def test_a_torch_run_is_refused_before_any_system_runs():
 def test_results_weight_each_kinds_blocks_by_step_duration():
     import pandas as pd
 
-    from harness.metrics import layer_group_summary
+    from harness.metrics.summaries import layer_group_summary
 
     steps = pd.DataFrame({"duration_s": [1.0, 3.0], "layer_group0_blocks": [2, 6],
                           "layer_group1_blocks": [4, 4]})
@@ -396,11 +396,11 @@ def test_a_block_is_cached_in_every_group_of_its_kind_or_in_none():
 
 
 def test_an_engine_run_on_a_sliding_hybrid_accounts_every_step():
-    from harness.config import ModelSpec
+    from harness.config.specs import ModelSpec
     from harness.engine.engine import run_engine
     from harness.engine.executors import make_executor
     from harness.engine.scheduler import Scheduler
-    from harness.systems import build_manager
+    from harness.config.systems import build_manager
     from tests.engine_helpers import HARDWARE, engine_spec
 
     local = ModelSpec(name="local", num_layers=6, hidden_size=64, num_heads=4, num_kv_heads=2,
@@ -428,7 +428,7 @@ def test_an_engine_run_on_a_sliding_hybrid_accounts_every_step():
 
 
 def test_the_report_compares_the_kv_a_running_sequence_holds():
-    from reports.layer_groups import layer_group_parts
+    from pagebench.reports.layer_groups import layer_group_parts
 
     def system(capacity, slot_bytes, usage_pct, batch, padding_slots, groups=None):
         memory = {"capacity_slots": capacity, "block_level_usage_pct": usage_pct,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from allocators.radix import RadixKVCacheManager
+from pagebench.allocators.radix import RadixKVCacheManager
 from engine_helpers import engine_spec, make_requests, paged, run
-from harness.config import select_systems
+from harness.config.specs import select_systems
 from harness.errors import ConfigError
 
 

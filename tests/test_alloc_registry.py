@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from allocators import MANAGERS
-from harness.config import ModelSpec, select_systems
+from pagebench.allocators.registry import MANAGERS
+from harness.config.specs import ModelSpec, select_systems
 
 CATALOG = yaml.safe_load((Path(__file__).parents[1] / "conf/allocator/standard.yaml").read_text())
 BLOCK_SIZE = 4

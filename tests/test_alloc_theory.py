@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from allocators import ContiguousKVCacheManager, PagedKVCacheManager
+from pagebench.allocators.registry import ContiguousKVCacheManager, PagedKVCacheManager
 
 
 def test_a_17_token_sequence_in_16_token_blocks_uses_17_of_32_slots():

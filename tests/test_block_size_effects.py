@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reports.block_size_effects import effect_rows, effects_section, explain
+from pagebench.reports.block_size_effects import effect_rows, effects_section, explain
 
 
 def _summary(block: int, kernel_s: float, read: int, rounding: float, batch: float,

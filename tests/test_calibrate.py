@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.calibrate import COEFFICIENTS, Sample, fit_coefficients, main, predict
-from harness.config import CostSpec, FittedCostSpec, HardwareSpec, build_spec
+from harness.tools.calibrate import COEFFICIENTS, Sample, fit_coefficients, main, predict
+from harness.config.specs import CostSpec, FittedCostSpec, HardwareSpec, build_spec
 from harness.engine.sim_executor import RooflineCostModel
 from harness.errors import ConfigError
 from torch_helpers import CPU, TINY, one_torch_thread  # noqa: F401
@@ -128,7 +128,7 @@ def test_an_existing_profile_is_not_replaced_without_force(tmp_path, capsys):
 def test_the_fit_recovers_the_linear_layers_roofline_max():
     # seconds = TRUE's terms with the token term max(per_token * tokens, floor): a knee at
     # 1,000 tokens (a sample has exactly 1,000, so the knee search can land on it)
-    from harness.calibrate_fit import fit_coefficients as fit
+    from harness.tools.calibrate_fit import fit_coefficients as fit
 
     floor = TRUE[1] * 1000
     rng = np.random.default_rng(3)
@@ -145,7 +145,7 @@ def test_the_fit_recovers_the_linear_layers_roofline_max():
 
 
 def test_contiguous_systems_use_their_own_fit_and_spans_match_single_steps_with_a_floor():
-    from harness.config import SystemSpec
+    from harness.config.specs import SystemSpec
     from harness.engine.executors import make_cost_model
 
     paged_fit, contiguous_fit = _fitted(linear_floor_s=0.05), _fitted(per_seq_s=1e-3)

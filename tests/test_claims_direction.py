@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reports.claims import FAILS, HOLDS, evaluate_claims
-from reports.rundata import RunData
+from pagebench.reports.claims import FAILS, HOLDS, evaluate_claims
+from pagebench.reports.rundata import RunData
 
 
 def run_with_contiguous_waste(token_states_pct: float) -> RunData:

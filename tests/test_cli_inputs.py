@@ -1,9 +1,9 @@
 """Bad command-line and file inputs get one clear line and exit status 2, never a traceback.
 
 Covers the kernel benchmark's ``kernel_bench`` spec (and ``python -m harness
-experiment=kernels``), ``--device`` / ``--seed`` of ``harness.hostcost`` and
-``harness.calibrate``, a malformed ``study.json`` under ``python -m reports``, a duplicated
-trace column, and an unknown name for ``python -m harness.traces fetch``.
+experiment=kernels``), ``--device`` / ``--seed`` of ``harness.tools.hostcost`` and
+``harness.tools.calibrate``, a malformed ``study.json`` under ``python -m pagebench.reports``, a duplicated
+trace column, and an unknown name for ``python -m harness.tools.traces fetch``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from harness.errors import ConfigError, InputError, PagebenchError
-from kernels.bench_spec import KernelBenchSpec
+from pagebench.kernels.bench_spec import KernelBenchSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS_YAML = ROOT / "conf" / "experiment" / "kernels.yaml"
@@ -123,7 +123,7 @@ def test_the_shipped_spec_and_its_cpu_overrides_stay_valid():
 
 
 def test_a_bad_spec_is_refused_before_anything_is_measured_or_written(tmp_path):
-    from kernels.benchmark import run_kernel_benchmark
+    from pagebench.kernels.benchmark import run_kernel_benchmark
 
     out = tmp_path / "out"
     with pytest.raises(ConfigError, match="kernel_bench.cpu_repeats"):
@@ -133,7 +133,7 @@ def test_a_bad_spec_is_refused_before_anything_is_measured_or_written(tmp_path):
 
 @NO_CUDA
 def test_kernel_bench_device_cuda_without_a_gpu_is_a_config_error(tmp_path):
-    from kernels.benchmark import main, run_kernel_benchmark
+    from pagebench.kernels.benchmark import main, run_kernel_benchmark
 
     with pytest.raises(ConfigError, match="kernel_bench.device=cuda but no CUDA device"):
         run_kernel_benchmark({**_kernel_bench(), "device": "cuda"}, tmp_path / "out", progress=False)
@@ -149,7 +149,7 @@ def test_harness_kernels_experiment_refuses_a_bad_value_with_exit_status_2(tmp_p
     assert not list(tmp_path.rglob("kernel_results.json"))
 
 
-# --- --device and --seed of harness.hostcost / harness.calibrate ------------------------------
+# --- --device and --seed of harness.tools.hostcost / harness.tools.calibrate ------------------------------
 
 
 def _argparse_exit(main, argv, capsys) -> str:
@@ -161,7 +161,7 @@ def _argparse_exit(main, argv, capsys) -> str:
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:x", "cuda:", "gpu"])
 def test_hostcost_refuses_an_unknown_device_as_a_usage_error(device, capsys):
-    from harness.hostcost import main
+    from harness.tools.hostcost import main
 
     line = _argparse_exit(main, ["--device", device], capsys)
     assert f"argument --device: must be auto, cpu, cuda or cuda:N, got {device!r}" in line
@@ -169,14 +169,14 @@ def test_hostcost_refuses_an_unknown_device_as_a_usage_error(device, capsys):
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:x"])
 def test_calibrate_refuses_an_unknown_device_as_a_usage_error(device, capsys):
-    from harness.calibrate import main
+    from harness.tools.calibrate import main
 
     line = _argparse_exit(main, ["--device", device], capsys)
     assert "argument --device: must be auto, cpu, cuda or cuda:N" in line
 
 
 @NO_CUDA
-@pytest.mark.parametrize("module", ["harness.hostcost", "harness.calibrate"])
+@pytest.mark.parametrize("module", ["harness.tools.hostcost", "harness.tools.calibrate"])
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
 def test_a_cuda_device_without_a_gpu_is_a_clean_error(module, device, capsys, tmp_path):
     import importlib
@@ -190,8 +190,8 @@ def test_a_cuda_device_without_a_gpu_is_a_clean_error(module, device, capsys, tm
 
 @pytest.mark.parametrize("seed", ["-1", "x"])
 def test_calibrate_seed_must_be_a_non_negative_int(seed, capsys):
-    from harness.calibrate import main
-    from harness.cli_args import non_negative_int
+    from harness.tools.calibrate import main
+    from harness.config.cli_args import non_negative_int
 
     line = _argparse_exit(main, ["--seed", seed], capsys)
     assert "argument --seed:" in line
@@ -199,14 +199,14 @@ def test_calibrate_seed_must_be_a_non_negative_int(seed, capsys):
 
 
 def test_hostcost_still_measures_on_cpu(capsys):
-    from harness.hostcost import main
+    from harness.tools.hostcost import main
 
     assert main(["--device", "cpu", "--batch-sizes", "1,2", "--context-len", "16", "--steps", "2"]) == 0
     out = capsys.readouterr().out
     assert "| 2 | resident |" in out and "NO GPU" in out
 
 
-# --- python -m reports <study dir> with a malformed study.json ---------------------------------
+# --- python -m pagebench.reports <study dir> with a malformed study.json ---------------------------------
 
 
 GOOD_STUDY = {"schema_version": 1, "kind": "study", "study": "vllm_fig15",
@@ -230,7 +230,7 @@ GOOD_STUDY = {"schema_version": 1, "kind": "study", "study": "vllm_fig15",
 def test_reports_refuses_a_malformed_study_json_with_one_line(tmp_path, capsys, text, message):
     import re
 
-    from reports.__main__ import main
+    from pagebench.reports.__main__ import main
 
     (tmp_path / "study.json").write_text(text)
     assert main([str(tmp_path)]) == 2
@@ -240,9 +240,9 @@ def test_reports_refuses_a_malformed_study_json_with_one_line(tmp_path, capsys, 
 
 
 def test_reports_still_renders_a_good_study_and_paper_section_refuses_a_bad_one(tmp_path, capsys):
-    from reports.__main__ import main
-    from reports.paper_section import main as paper_main
-    from reports.paper_section import read_study
+    from pagebench.reports.__main__ import main
+    from pagebench.reports.paper_section import main as paper_main
+    from pagebench.reports.paper_section import read_study
 
     (tmp_path / "study.json").write_text(json.dumps(GOOD_STUDY))
     assert read_study(tmp_path)["study"] == "vllm_fig15"
@@ -327,11 +327,11 @@ def test_harness_refuses_a_duplicated_column_with_exit_status_2(tmp_path, run_cl
     assert not list(tmp_path.rglob("results.json"))
 
 
-# --- python -m harness.traces fetch <unknown> --------------------------------------------------
+# --- python -m harness.tools.traces fetch <unknown> --------------------------------------------------
 
 
 def test_traces_fetch_of_an_unknown_name_is_a_usage_error_listing_the_known(capsys):
-    from harness.traces import KNOWN, main
+    from harness.tools.traces import KNOWN, main
 
     line = _argparse_exit(main, ["fetch", "bogus"], capsys)
     assert "unknown trace 'bogus'" in line and all(name in line for name in KNOWN)

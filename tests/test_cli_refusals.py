@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from harness.cli_args import check_seed
+from harness.config.cli_args import check_seed
 from harness.errors import ConfigError
 from conftest import ROOT
-from harness.conf_tree import CONF_DIR
+from harness.config.conf_tree import CONF_DIR
 
 SMALL = ["workload=docqa", "workload.num_requests=20", "report=false", "progress=false"]
 STUDY = ["experiment=vllm_fig2", "study.scale=0.05", "study.workers=1"]
@@ -234,7 +234,7 @@ def test_check_config_passes_the_default_config_and_prepares_a_study():
 
 @pytest.mark.parametrize("name", ["..", ".", "a/b", "a\\b", "", "a b", "x\n"])
 def test_system_names_are_plain_names(name):
-    from harness.config import select_systems
+    from harness.config.specs import select_systems
 
     catalog = {"paged": {"kind": "paged"}, name: {"kind": "contiguous", "policy": "max"}}
     with pytest.raises(ConfigError, match=rf"^allocator\.{re.escape(name)}: system name "):

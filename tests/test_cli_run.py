@@ -29,7 +29,7 @@ def test_default_command_writes_every_output(default_run):
         requests = pd.read_csv(out / f"requests_{system}.csv")
         assert len(steps) > 0 and len(requests) == results["workload"]["num_requests"]
     assert "steps/s" in proc.stderr and "wall time" in proc.stderr
-    # the end-of-run summary (reports.summary): a line per system, then where the files are
+    # the end-of-run summary (pagebench.reports.summary): a line per system, then where the files are
     summary = proc.stderr[proc.stderr.index("\nsummary:\n"):]
     assert [line.split()[0] for line in summary.splitlines()[3:7]] == list(results["systems"])
     assert f"results.json: {out / 'results.json'}" in summary
@@ -84,7 +84,7 @@ def test_requests_only_some_systems_can_run_are_named_on_the_console(tmp_path, r
 
 
 def test_the_console_says_what_the_workload_left_out():
-    from harness.run import _workload_notes
+    from harness.run.serve import _workload_notes
 
     rows = {"rows_read": 200, "skipped": {"total": 2}, "filtered": {"total": 5},
             "dropped": {"total": 30}, "truncated": {"total": 0}}

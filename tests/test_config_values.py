@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config import (MAX_KV_SLOTS, RUN_MODES, CostSpec, EngineSpec, FittedCostSpec,
+from harness.config.specs import (MAX_KV_SLOTS, RUN_MODES, CostSpec, EngineSpec, FittedCostSpec,
                             HardwareSpec, ModelSpec, SystemSpec, build_spec, check_run_options,
                             kv_capacity_slots)
 from harness.errors import ConfigError

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from engine_helpers import HARDWARE, MODEL, engine_spec, paged
-from harness.config import CostSpec
+from harness.config.specs import CostSpec
 from harness.engine.cost_layers import WORK, WindowSpan, layered_attention, plan_work, window_prefix
 from harness.engine.cost_operator import PHASES, OperatorCostModel
 from harness.engine.engine import run_engine
@@ -20,8 +20,8 @@ from harness.engine.executors import make_cost_model, make_executor
 from harness.engine.plan import ScheduledChunk, StepPlan
 from harness.engine.scheduler import Scheduler
 from harness.engine.sim_executor import RooflineCostModel, SimExecutor
-from harness.model_layers import LinearAttentionSpec, MlaSpec
-from harness.systems import build_manager
+from harness.models.model_layers import LinearAttentionSpec, MlaSpec
+from harness.config.systems import build_manager
 from test_engine_fast_forward import COSTS, _workload
 from test_model_layers import model as conf_model
 

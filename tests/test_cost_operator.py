@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine_helpers import HARDWARE, MODEL
-from harness.config import CostSpec, ModelSpec
+from harness.config.specs import CostSpec, ModelSpec
 from harness.engine.cost_operator import OperatorCostModel
 from harness.engine.cost_profiles import load_kernel_profile
 from harness.engine.fit_range import kernel_range_warnings
@@ -145,7 +145,7 @@ def test_a_profile_lacking_the_head_config_or_layout_names_the_nearest_points(tm
 
 
 def test_a_cpu_kernel_benchmark_round_trips_into_a_measured_profile(tmp_path, host):
-    from kernels.benchmark import run_kernel_benchmark
+    from pagebench.kernels.benchmark import run_kernel_benchmark
 
     spec = {"device": "cpu", "batch_sizes": [1, 2], "context_lens": [16, 32], "block_sizes": [4],
             "dtypes": ["float32"], "baselines": [], "cpu_repeats": 1, "copy_bytes": 1 << 16,

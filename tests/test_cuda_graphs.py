@@ -17,7 +17,7 @@ from harness.engine.cuda_graphs import (DecodeGraphs, bucket_for, capture_sizes,
                                         pad_decode_arrays)
 from harness.engine.engine import run_engine
 from harness.engine.torch_executor import TorchExecutor
-from harness.systems import build_manager
+from harness.config.systems import build_manager
 from torch_helpers import (MAX_MODEL_LEN, TINY, RecordingScheduler, contiguous, engine,  # noqa: F401
                            mixed_workload, one_torch_thread, paged, run_torch)
 

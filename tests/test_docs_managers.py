@@ -11,9 +11,9 @@ import pytest
 from hypothesis import settings
 
 import test_alloc_registry as registry
-from allocators import MANAGERS
+from pagebench.allocators.registry import MANAGERS
 from engine_helpers import engine_spec, make_requests, paged, run
-from harness.config import select_systems
+from harness.config.specs import select_systems
 
 DOC = (Path(__file__).parents[1] / "docs/managers.md").read_text()
 

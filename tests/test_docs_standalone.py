@@ -33,7 +33,7 @@ def test_every_docs_page_named_exists():
 
 
 def test_the_memory_page_defines_every_step_category():
-    from harness.metrics import MEMORY_CATEGORIES
+    from harness.metrics.summaries import MEMORY_CATEGORIES
 
     page = (ROOT / "docs" / "memory.md").read_text(encoding="utf-8")
     assert [c for c in MEMORY_CATEGORIES if f"`{c}`" not in page] == []

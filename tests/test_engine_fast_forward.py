@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from engine_helpers import contiguous, engine_spec, make_requests, paged, run
-from harness.config import CostSpec
+from harness.config.specs import CostSpec
 from harness.workloads.request import Request
 
 # Every cost model and kernel profile prices fast-forwarded spans as step by step: the

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 from omegaconf import OmegaConf
 
-from harness.config import HardwareSpec, build_spec
+from harness.config.specs import HardwareSpec, build_spec
 from harness.engine.fit_range import FitRange, covering_grid, extrapolation_warnings
 from harness.errors import ConfigError
 
@@ -59,7 +59,7 @@ def _calibrated_run(out_dir: Path, *overrides: str, fitted: dict | None) -> dict
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from harness.run import run_serving
+    from harness.run.serve import run_serving
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine_helpers import contiguous, engine_spec, make_requests, paged, run
-from harness.metrics import memory_summary, serving_summary
+from harness.metrics.summaries import memory_summary, serving_summary
 
 
 def _finished(run_result):
@@ -80,8 +80,8 @@ def test_a_manager_that_never_swaps_recomputes_and_says_why():
     """Radix declares no swapping (``Capabilities.swaps``): under preemption=swap every
     preemption recomputes, counted as the manager's doing, not as a full CPU swap space
     (there is plenty of it here)."""
-    from harness.config import SystemSpec
-    from harness.run import swap_fallback_warnings
+    from harness.config.specs import SystemSpec
+    from harness.run.serve import swap_fallback_warnings
 
     radix = SystemSpec(name="radix", kind="radix", block_size=16, prefix_caching=True,
                        options={"page_size": 16})
@@ -297,7 +297,7 @@ def test_a_run_without_steps_has_every_memory_key_unmeasured():
 
 
 def test_a_swap_run_warns_of_the_preemptions_it_recomputed():
-    from harness.run import swap_fallback_warnings
+    from harness.run.serve import swap_fallback_warnings
 
     none = {"multi_sequence_group": 0, "cpu_swap_space_full": 0}
     systems = {"paged": {"preemptions": 9, "recomputed_instead_of_swap": {

@@ -9,9 +9,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-import reports.figure_batch as FB
-from reports.figure_batch import PendingFigure, parallel_workers, resolve
-from reports.render import render_run_report
+import pagebench.reports.figure_batch as FB
+from pagebench.reports.figure_batch import PendingFigure, parallel_workers, resolve
+from pagebench.reports.render import render_run_report
 from test_report import small_run
 
 
@@ -87,15 +87,15 @@ def test_a_worker_that_dies_leaves_the_figures_to_this_process(two_workers):
 
 def test_ctrl_c_while_drawing_keeps_the_results_and_says_how_to_draw_them(tmp_path, monkeypatch,
                                                                            capsys):
-    import reports.render
+    import pagebench.reports.render
 
     def interrupted(run_dir):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(reports.render, "render_run_report", interrupted)
+    monkeypatch.setattr(pagebench.reports.render, "render_run_report", interrupted)
     with pytest.raises(KeyboardInterrupt):
         small_run(tmp_path / "run")
     assert (tmp_path / "run" / "results.json").is_file()
     assert not (tmp_path / "run" / "report.html").exists()
     assert (f"report.html not drawn; the results are written: the same command again (or python "
-            f"-m reports {tmp_path / 'run'}) draws it") in capsys.readouterr().err
+            f"-m pagebench.reports {tmp_path / 'run'}) draws it") in capsys.readouterr().err

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.config import ModelSpec
+from harness.config.specs import ModelSpec
 from harness.engine.model import DecoderModel
 from harness.errors import ConfigError, InputError
-from harness.hf_config import load_model_spec
+from harness.models.hf_config import load_model_spec
 from torch_helpers import contiguous, engine, one_torch_thread, paged, run_torch  # noqa: F401
 from harness.workloads.request import Request
 
@@ -218,8 +218,8 @@ def test_every_model_yaml_states_its_architecture_and_rotary_settings():
 
     import yaml
 
-    from harness.config import build_spec
-    from harness.model_spec import ARCHITECTURES
+    from harness.config.specs import build_spec
+    from harness.models.model_spec import ARCHITECTURES
 
     conf = Path(__file__).resolve().parents[1] / "conf" / "model"
     for path in conf.glob("*.yaml"):

@@ -1,5 +1,5 @@
 """config.json files of layer-group families (written here, in the published models'
-values) read into the same specs as their conf/model YAMLs (harness/hf_layers.py)."""
+values) read into the same specs as their conf/model YAMLs (harness/models/hf_layers.py)."""
 
 import json
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from harness.errors import ConfigError, InputError
-from harness.hf_config import load_model_spec
+from harness.models.hf_config import load_model_spec
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 

@@ -1,6 +1,6 @@
 """Hostile JSON inputs and directory links: results.json nested thousands deep or naming a
-key twice is bad input (exit 2) for the gate and ``python -m reports``, never a
-RecursionError or a silently chosen value; ``python -m reports`` does not follow a
+key twice is bad input (exit 2) for the gate and ``python -m pagebench.reports``, never a
+RecursionError or a silently chosen value; ``python -m pagebench.reports`` does not follow a
 symlinked job directory out of a sweep."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from harness import gate
 from harness.errors import InputError
 from harness.fileio import read_json
-from harness.results import SCHEMA_VERSION, existing_complete_results
-from reports.__main__ import main as reports_main
+from harness.run.results import SCHEMA_VERSION, existing_complete_results
+from pagebench.reports.__main__ import main as reports_main
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -42,7 +42,7 @@ def test_a_symlinked_job_directory_is_not_followed(tmp_path):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "0").symlink_to(outside, target_is_directory=True)
-    from reports.sweep import collect_jobs
+    from pagebench.reports.sweep import collect_jobs
 
     assert collect_jobs(sweep) == []
     reports_main([str(sweep)])

@@ -11,10 +11,10 @@ import torch
 if not torch.cuda.is_available():  # the first kernel test module to import triton sets the mode
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from kernels import benchmark  # noqa: E402
-from kernels.bench_plan import plan_visits  # noqa: E402
-from kernels.bench_results import POINTS_FILE, results_from_log  # noqa: E402
-from kernels.bench_spec import KernelBenchSpec, load_spec  # noqa: E402
+from pagebench.kernels import benchmark  # noqa: E402
+from pagebench.kernels.bench_plan import plan_visits  # noqa: E402
+from pagebench.kernels.bench_results import POINTS_FILE, results_from_log  # noqa: E402
+from pagebench.kernels.bench_spec import KernelBenchSpec, load_spec  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "kernels.yaml"
 TINY = {

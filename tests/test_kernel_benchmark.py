@@ -17,8 +17,8 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from kernels.benchmark import KernelBenchSpec, main, run_kernel_benchmark  # noqa: E402
-from reports.kernel_figures import kernel_figures  # noqa: E402
+from pagebench.kernels.benchmark import KernelBenchSpec, main, run_kernel_benchmark  # noqa: E402
+from pagebench.reports.kernel_figures import kernel_figures  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "kernels.yaml"
 

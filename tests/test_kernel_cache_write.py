@@ -18,9 +18,9 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 from conftest import rerun_in_triton_interpreter  # noqa: E402
 
-from kernels import _runtime as rt  # noqa: E402
-from kernels import reference as ref  # noqa: E402
-from kernels.cache_write import copy_blocks, gather_blocks, scatter_blocks, swap_blocks, write_kv_cache  # noqa: E402
+from pagebench.kernels import _runtime as rt  # noqa: E402
+from pagebench.kernels import reference as ref  # noqa: E402
+from pagebench.kernels.cache_write import copy_blocks, gather_blocks, scatter_blocks, swap_blocks, write_kv_cache  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")

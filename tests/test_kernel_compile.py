@@ -1,7 +1,7 @@
 """The kernels compile for sm_90 (H100/H200) without a GPU: no spills, 16-byte K/V loads.
 
 The interpreter proves what the kernels compute; this proves they compile for a real GPU
-and keeps an eye on how: ``kernels.compile_check`` compiles the launches the wrappers make
+and keeps an eye on how: ``pagebench.kernels.compile_check`` compiles the launches the wrappers make
 with the JIT's own specialisation and Triton's bundled ptxas. It runs in a subprocess
 because the test session may have imported Triton in interpreter mode.
 """
@@ -24,7 +24,7 @@ import triton  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-from kernels.decode_plan import DECODE_CONFIGS, SM90_DECODE_CTAS_PER_SM  # noqa: E402
+from pagebench.kernels.decode_plan import DECODE_CONFIGS, SM90_DECODE_CTAS_PER_SM  # noqa: E402
 
 CONFIG_CASES = [f"mha-13b-bs16-tile{c.tile_n}-w{c.num_warps}-s{c.num_stages}" for c in DECODE_CONFIGS[1:]]
 CASES = ["gqa-8b-bs16-split", "contiguous-gqa-8b", "d80-bf16-window-alibi", "cache-write-and-copy",
@@ -33,7 +33,7 @@ CASES = ["gqa-8b-bs16-split", "contiguous-gqa-8b", "d80-bf16-window-alibi", "cac
 SCRIPT = """
 import json, sys
 from dataclasses import asdict
-from kernels.compile_check import check
+from pagebench.kernels.compile_check import check
 print(json.dumps([asdict(v) for v in check(sys.argv[1:], arch=90)]))
 """
 

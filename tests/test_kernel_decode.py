@@ -27,11 +27,11 @@ from conftest import rerun_in_triton_interpreter  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from kernels import _runtime as rt  # noqa: E402
-from kernels.contiguous_decode import contiguous_decode_attention  # noqa: E402
-from kernels.decode_plan import DECODE_CONFIGS, choose_num_splits, prune_configs, resident_ctas_per_sm  # noqa: E402
-from kernels.paged_decode import last_kernel_config, paged_decode_attention  # noqa: E402
-from kernels.reference import (  # noqa: E402
+from pagebench.kernels import _runtime as rt  # noqa: E402
+from pagebench.kernels.contiguous_decode import contiguous_decode_attention  # noqa: E402
+from pagebench.kernels.decode_plan import DECODE_CONFIGS, choose_num_splits, prune_configs, resident_ctas_per_sm  # noqa: E402
+from pagebench.kernels.paged_decode import last_kernel_config, paged_decode_attention  # noqa: E402
+from pagebench.kernels.reference import (  # noqa: E402
     contiguous_decode_attention_reference,
     paged_decode_attention_reference,
 )
@@ -335,8 +335,8 @@ def test_cpu_without_interpreter_falls_back_to_reference():
     """Without TRITON_INTERPRET the wrappers still work on CPU tensors (the engine's path)."""
     code = (
         "import torch\n"
-        "from kernels.paged_decode import paged_decode_attention\n"
-        "from kernels.reference import paged_decode_attention_reference as ref\n"
+        "from pagebench.kernels.paged_decode import paged_decode_attention\n"
+        "from pagebench.kernels.reference import paged_decode_attention_reference as ref\n"
         "q = torch.randn(2, 4, 64); k = torch.randn(3, 16, 2, 64); v = torch.randn_like(k)\n"
         "bt = torch.tensor([[2, 0], [1, 0]], dtype=torch.int32); lens = torch.tensor([20, 7])\n"
         "assert torch.allclose(paged_decode_attention(q, k, v, bt, lens), ref(q, k, v, bt, lens))\n"

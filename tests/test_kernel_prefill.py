@@ -21,8 +21,8 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-from kernels import _runtime as rt  # noqa: E402
-from kernels.paged_prefill import prefill_attention, prefill_attention_reference  # noqa: E402
+from pagebench.kernels import _runtime as rt  # noqa: E402
+from pagebench.kernels.paged_prefill import prefill_attention, prefill_attention_reference  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")

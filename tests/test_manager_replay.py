@@ -7,8 +7,8 @@ import pickle
 from collections import Counter
 from pathlib import Path
 
-from allocators.block_pool import BlockPool
-from allocators.paged import PagedKVCacheManager
+from pagebench.allocators.block_pool import BlockPool
+from pagebench.allocators.paged import PagedKVCacheManager
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["workload=docqa", "workload.num_requests=30", "workload.num_samples=2",

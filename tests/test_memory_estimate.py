@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import harness.memory_estimate as estimate
+import harness.config.memory_estimate as estimate
 from harness.errors import ConfigError
 from harness.workloads.build import parse_workload
 

@@ -1,5 +1,5 @@
 """Layer groups, MLA, experts and KV dtype of conf/model specs, against published figures
-and theory (harness/model_layers.py)."""
+and theory (harness/models/model_layers.py)."""
 
 import math
 from pathlib import Path
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import HardwareSpec, ModelSpec, build_spec, kv_capacity_slots, EngineSpec
+from harness.config.specs import HardwareSpec, ModelSpec, build_spec, kv_capacity_slots, EngineSpec
 from harness.errors import ConfigError
-from harness.hf_config import load_model_spec
+from harness.models.hf_config import load_model_spec
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocators.offload_tier import OffloadTiers
-from allocators.paged import PagedKVCacheManager
+from pagebench.allocators.offload_tier import OffloadTiers
+from pagebench.allocators.paged import PagedKVCacheManager
 from engine_helpers import HARDWARE, MODEL, engine_spec, make_requests, paged, run
-from harness.config import GIB, CostSpec
+from harness.config.specs import GIB, CostSpec
 from harness.engine.plan import ScheduledChunk, StepPlan
 from harness.engine.sequence import Sequence, SequenceGroup
 from harness.engine.sim_executor import OffloadLoadCost
-from harness.offload import OffloadSpec, offload_figures, offload_summary
+from harness.config.offload import OffloadSpec, offload_figures, offload_summary
 from harness.workloads.request import Request
 
 BS = 4
@@ -252,9 +252,9 @@ THROUGH_THE_CLI = ("below_one_block", "torch")  # the rest are checked in this p
 def test_bad_offload_config_is_one_config_error_naming_the_key(case):
     from hydra import compose, initialize_config_dir
 
-    from harness.conf_tree import CONF_DIR
+    from harness.config.conf_tree import CONF_DIR
     from harness.errors import ConfigError
-    from harness.run import prepare_serving
+    from harness.run.serve import prepare_serving
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*SMALL, *REFUSED[case][0]])

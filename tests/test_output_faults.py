@@ -15,7 +15,7 @@ import pytest
 
 from harness.errors import OutputError
 from harness.fileio import atomic_write_text
-from harness.results import existing_complete_results, set_aside_previous_run
+from harness.run.results import existing_complete_results, set_aside_previous_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ("workload=fixed", "workload.num_requests=24", "systems=[paged]", "jobs=1",
@@ -29,7 +29,7 @@ def test_disk_full_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("harness.results.os.replace", full)
+    monkeypatch.setattr("harness.run.results.os.replace", full)
     with pytest.raises(OutputError, match=rf"^{target}: cannot write it: no space left on the "
                                           r"device \(free some, or write elsewhere"):
         atomic_write_text(target, "new")

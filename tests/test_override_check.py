@@ -9,9 +9,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness.conf_tree import CONF_DIR, option_keys
-from harness.override_check import check_overrides, refused_deletion, unknown_override
-from harness.run_setup import REQUIRED_KEYS
+from harness.config.conf_tree import CONF_DIR, option_keys
+from harness.config.override_check import check_overrides, refused_deletion, unknown_override
+from harness.config.run_setup import REQUIRED_KEYS
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 WORKLOADS = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))
@@ -191,6 +191,6 @@ def _shape(node):
                          + [(g, p.stem) for g in ("engine", "model", "hardware", "allocator")
                             for p in sorted((CONF_DIR / g).glob("*.yaml"))])
 def test_the_tree_of_each_option_is_what_hydra_composes_at_every_depth(group, option):
-    from harness.conf_tree import option_trees
+    from harness.config.conf_tree import option_trees
 
     assert _shape(option_trees()[group][option]) == _shape(_composed(f"{group}={option}")[group])

@@ -8,7 +8,7 @@ import pytest
 
 from harness.studies.paper import STUDIES, check_study_keys
 from paper_helpers import compose_experiment
-from reports.paper_section import (FIGURES, cause_for, compare, comparison_rows,
+from pagebench.reports.paper_section import (FIGURES, cause_for, compare, comparison_rows,
                                    load_paper_values, render_study_report)
 
 EXPERIMENTS = ("vllm_fig2", "vllm_fig13", "vllm_fig12", "vllm_fig15", "vllm_fig18b", "shared_prefix")

@@ -1,12 +1,12 @@
 """Progress of systems simulated in worker processes: the parent draws a bar per system
-from what the workers publish (harness.progress)."""
+from what the workers publish (harness.run.progress)."""
 
 from __future__ import annotations
 
 import multiprocessing
 import re
 
-from harness.progress import ParallelBars, publish, shared_progress
+from harness.run.progress import ParallelBars, publish, shared_progress
 from test_run_parallel import run_in_process
 
 

@@ -11,10 +11,10 @@ import random
 import numpy as np
 import pytest
 
-import allocators.block_pool as block_pool
-import allocators.prefix_keys as prefix_keys
-from allocators import PagedKVCacheManager
-from allocators.block_pool import BlockPool
+import pagebench.allocators.block_pool as block_pool
+import pagebench.allocators.prefix_keys as prefix_keys
+from pagebench.allocators.registry import PagedKVCacheManager
+from pagebench.allocators.block_pool import BlockPool
 
 BS = 16
 W = 4 * BS

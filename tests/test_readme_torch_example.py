@@ -20,8 +20,8 @@ def readme_command(prefix: str) -> list[str]:
 def test_the_torch_example_pool_holds_a_few_max_length_requests_not_all():
     from hydra import compose, initialize_config_dir
 
-    from harness.run_setup import run_setup
-    from harness.config import kv_capacity_slots
+    from harness.config.run_setup import run_setup
+    from harness.config.specs import kv_capacity_slots
 
     overrides = readme_command("python -m harness engine=torch")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

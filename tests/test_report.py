@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 
 from harness.errors import InputError
-from reports.claims import FAILS, HOLDS, NOT_MEASURED, evaluate_claims, load_claims
-from reports.figures import FIXED_SYSTEM_COLORS, system_colors
-from reports.html import fmt
-from reports.rundata import load_run
-from reports.telemetry import telemetry_panels
+from pagebench.reports.claims import FAILS, HOLDS, NOT_MEASURED, evaluate_claims, load_claims
+from pagebench.reports.figures import FIXED_SYSTEM_COLORS, system_colors
+from pagebench.reports.html import fmt
+from pagebench.reports.rundata import load_run
+from pagebench.reports.telemetry import telemetry_panels
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION_IDS = ("summary", "memory", "serving", "kernels", "telemetry", "claims", "workload")
@@ -28,7 +28,7 @@ def small_run(out_dir: Path, *overrides: str) -> Path:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from harness.run import run_serving
+    from harness.run.serve import run_serving
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -195,7 +195,7 @@ def kernel_results() -> dict:
 
 
 def test_python_m_reports_rerenders_with_kernels_and_nvml(run_dir, tmp_path):
-    from reports.__main__ import main
+    from pagebench.reports.__main__ import main
 
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
@@ -230,7 +230,7 @@ def test_python_m_reports_rerenders_with_kernels_and_nvml(run_dir, tmp_path):
 
 
 def test_a_kernels_only_directory_renders(tmp_path):
-    from reports.render import render_run_report
+    from pagebench.reports.render import render_run_report
 
     (tmp_path / "kernel_results.json").write_text(json.dumps(kernel_results()))
     text = render_run_report(tmp_path).read_text(encoding="utf-8")
@@ -238,7 +238,7 @@ def test_a_kernels_only_directory_renders(tmp_path):
 
 
 def test_bad_inputs_name_the_file(tmp_path, capsys):
-    from reports.__main__ import main
+    from pagebench.reports.__main__ import main
 
     with pytest.raises(InputError, match="no results.json"):
         load_run(tmp_path)
@@ -250,7 +250,7 @@ def test_bad_inputs_name_the_file(tmp_path, capsys):
 
 
 def test_python_m_reports_says_what_is_wrong_with_a_directory(tmp_path, capsys):
-    from reports.__main__ import main
+    from pagebench.reports.__main__ import main
 
     (tmp_path / "file").write_text("x")
     failed = tmp_path / "failed_job"
@@ -266,7 +266,7 @@ def test_python_m_reports_says_what_is_wrong_with_a_directory(tmp_path, capsys):
 
 
 def test_incomplete_runs_are_flagged(run_dir):
-    from reports.render import _header
+    from pagebench.reports.render import _header
 
     run = load_run(run_dir)
     run.results = dict(run.results, complete=False, stop_reason="interrupted")

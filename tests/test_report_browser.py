@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.html import fmt
+from pagebench.reports.html import fmt
 from test_report import small_run
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
@@ -175,7 +175,7 @@ def source_run(tmp_path_factory) -> Path:
 
 
 def test_hostile_strings_in_every_report_kind_stay_text(browser_page, source_run, tmp_path):
-    from reports.__main__ import main as render_reports
+    from pagebench.reports.__main__ import main as render_reports
 
     run_dir = source_run
     pages = {"run": hostile_run(tmp_path / "hostile_run", run_dir) / "report.html",
@@ -202,7 +202,7 @@ def test_hostile_strings_in_every_report_kind_stay_text(browser_page, source_run
 
 
 def test_the_sweep_table_fits_the_page(browser_page, source_run, tmp_path):
-    from reports.sweep import render_sweep_report
+    from pagebench.reports.sweep import render_sweep_report
     from test_sweep import fake_sweep
 
     report = render_sweep_report(fake_sweep(tmp_path, source_run))

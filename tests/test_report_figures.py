@@ -7,10 +7,10 @@ import matplotlib.colors as mcolors
 import numpy as np
 import pandas as pd
 
-from reports import figures as F
-from reports.metrics import waste_pct
-from reports.render import _prefix_hit_rate, _sharing_savings, _usage_over_time
-from reports.sweep import sweep_figure
+from pagebench.reports import figures as F
+from pagebench.reports.metrics import waste_pct
+from pagebench.reports.render import _prefix_hit_rate, _sharing_savings, _usage_over_time
+from pagebench.reports.sweep import sweep_figure
 
 PAGED = {"allocator": {"kind": "paged", "prefix_caching": True},
          "memory": {"sharing_savings_pct": 33.6}, "prefix_cache": {"hit_rate": 0.5}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from reports.headline import headline_sentence as _headline_sentence
+from pagebench.reports.headline import headline_sentence as _headline_sentence
 
 
 def system(kind: str, token_states: float, idle: float, rps: float) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from reports.render import render_run_report
+from pagebench.reports.render import render_run_report
 from test_report import kernel_results
 
 

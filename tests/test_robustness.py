@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import EngineSpec
+from harness.config.specs import EngineSpec
 from harness.engine.engine import EngineStalled, run_engine
 from harness.engine.plan import StepPlan
-from harness.results import config_hash, existing_complete_results
+from harness.run.results import config_hash, existing_complete_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["workload=docqa", "workload.num_requests=30", "progress=false"]
@@ -194,7 +194,7 @@ def test_ctrl_c_or_sigterm_writes_what_has_run_marked_incomplete(tmp_path, run_c
 def test_sigterm_outside_a_run_unwinds_as_ctrl_c_does():
     """Between a sweep's jobs: KeyboardInterrupt, so the process exits through atexit (where a
     stopped sweep draws the report of the jobs that finished), not killed outright."""
-    from harness.interrupts import terminate_as_interrupt
+    from harness.run.interrupts import terminate_as_interrupt
 
     previous = signal.getsignal(signal.SIGTERM)
     try:
@@ -312,7 +312,7 @@ def test_a_failed_sweep_job_does_not_report_an_earlier_runs_results(tmp_path, ru
     # the earlier sweep's job is not in this one: set aside whole, before the sweep starts
     assert (sweep / "previous" / "1" / "0" / "results.json").read_bytes() == earlier
     assert not (sweep / "0" / "results.json").exists()
-    from reports.sweep import collect_jobs
+    from pagebench.reports.sweep import collect_jobs
 
     [job] = collect_jobs(sweep)
     assert job.status == "failed" and "block_size" in job.reason

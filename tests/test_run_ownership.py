@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.fileio import write_json
-from harness.run_lock import LOCK_NAME, RunDirectoryBusy, claim_run_dir
+from harness.run.run_lock import LOCK_NAME, RunDirectoryBusy, claim_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ("workload=fixed", "workload.num_requests=24", "progress=false", "report=false")
@@ -94,7 +94,7 @@ def test_kill_9_leaves_no_worker_to_write_into_a_later_run(tmp_path):
 
 POOL_SCRIPT = textwrap.dedent("""
     import multiprocessing, os, sys, time
-    from harness.processes import worker_pool
+    from harness.run.processes import worker_pool
     pool = worker_pool(2, multiprocessing.get_context(sys.argv[1]))
     futures = [pool.submit(time.sleep, 600) for _ in range(2)]
     while len(pool._processes) < 2:

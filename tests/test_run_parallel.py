@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
-from harness.run import resolve_jobs
+from harness.run.serve import resolve_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ("workload=fixed", "workload.num_requests=24", "progress=false",
@@ -26,7 +26,7 @@ def run_in_process(out_dir: Path, *overrides: str) -> Path:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from harness.run import run_serving
+    from harness.run.serve import run_serving
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -108,9 +108,9 @@ def test_bad_jobs_value_stops_the_cli_with_the_key(tmp_path, run_cli):
 
 
 def test_jobs_resolve_to_at_most_one_process_per_system_and_one_on_torch(monkeypatch):
-    import harness.run
+    import harness.run.serve
 
-    monkeypatch.setattr(harness.run, "usable_cpus", lambda: 8)
+    monkeypatch.setattr(harness.run.serve, "usable_cpus", lambda: 8)
     assert resolve_jobs("auto", "sim", 4) == 4
     assert resolve_jobs("auto", "sim", 1) == 1
     assert resolve_jobs(3, "sim", 4) == 3

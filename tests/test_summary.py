@@ -1,4 +1,4 @@
-"""The end-of-run console summary and the overload signal (reports.summary)."""
+"""The end-of-run console summary and the overload signal (pagebench.reports.summary)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import io
 import json
 from pathlib import Path
 
-from reports.summary import overload_lines, print_run_summary, print_sweep_summary
-from reports.headline import load_parts
+from pagebench.reports.summary import overload_lines, print_run_summary, print_sweep_summary
+from pagebench.reports.headline import load_parts
 
 
 def mooncake_like(offered: float = 3.40, served: float = 1.67, drain: float = 7213.0,
@@ -96,7 +96,7 @@ def test_summary_of_a_study_has_a_line_per_job(tmp_path):
 
 
 def test_summary_of_a_sweep_has_a_line_per_job_and_system(tmp_path):
-    from reports.sweep import Job
+    from pagebench.reports.sweep import Job
 
     results = mooncake_like()
     jobs = [Job("0", ["workload=docqa", "block_size=8"], "finished", results=results),

@@ -14,9 +14,9 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
 from harness.errors import InputError
-from reports.callbacks import SweepReportCallback
-from reports.html import fmt
-from reports.sweep import (FAILED, FINISHED, MISSING, collect_jobs, expected_jobs, parse_overrides,
+from pagebench.reports.callbacks import SweepReportCallback
+from pagebench.reports.html import fmt
+from pagebench.reports.sweep import (FAILED, FINISHED, MISSING, collect_jobs, expected_jobs, parse_overrides,
                            render_sweep_report, set_aside_earlier_jobs)
 from test_report import parse, small_run
 
@@ -121,7 +121,7 @@ def test_a_sweep_stopped_before_its_end_gets_its_report_when_the_process_exits(
         tmp_path, one_run, monkeypatch, capsys):
     """Ctrl-C skips on_multirun_end: the report is drawn at exit, once, and only then."""
     at_exit = []
-    monkeypatch.setattr("reports.callbacks.atexit.register",
+    monkeypatch.setattr("pagebench.reports.callbacks.atexit.register",
                         lambda fn, *args: at_exit.append(lambda: fn(*args)))
     sweep = fake_sweep(tmp_path, one_run)
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}, "mode": "MULTIRUN", "overrides": {
@@ -142,7 +142,7 @@ def test_a_sweep_stopped_before_its_end_gets_its_report_when_the_process_exits(
 
 
 def test_counts_stay_integers_in_the_csv_when_some_rows_lack_them():
-    from reports.sweep import _with_int_counts
+    from pagebench.reports.sweep import _with_int_counts
 
     frame = pd.DataFrame({"preemptions": [9.0, None, 3.0], "waste_pct": [63.5, None, 1.0]})
     text = _with_int_counts(frame).to_csv(index=False)
@@ -165,7 +165,7 @@ def test_callback_records_a_failed_job_and_renders_the_report(tmp_path, one_run)
 
 
 def test_python_m_reports_renders_a_sweep_and_its_jobs(tmp_path, one_run):
-    from reports.__main__ import main
+    from pagebench.reports.__main__ import main
 
     sweep = fake_sweep(tmp_path, one_run)
     shutil.copy(one_run / "steps_paged.csv", sweep / "0")
@@ -190,7 +190,7 @@ def compose(*overrides: str, hydra_cfg: bool = False):
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiments_compose_with_a_sweep_and_valid_systems(name):
-    from harness.config import select_systems
+    from harness.config.specs import select_systems
 
     cfg = compose(f"experiment={name}", hydra_cfg=True)
     assert cfg.experiment.name == name
@@ -208,7 +208,7 @@ def test_experiments_compose_with_a_sweep_and_valid_systems(name):
 
 def test_the_callback_is_configured():
     cfg = compose(hydra_cfg=True)
-    assert cfg.hydra.callbacks.sweep_report._target_ == "reports.callbacks.SweepReportCallback"
+    assert cfg.hydra.callbacks.sweep_report._target_ == "pagebench.reports.callbacks.SweepReportCallback"
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -225,7 +225,7 @@ def test_launcher_presets_compose(preset):
 def test_an_incomplete_job_is_marked_in_the_figure_and_every_figure_has_a_caption(tmp_path, one_run):
     """A job that stopped early (complete: false) is circled in the figure, with its own
     legend entry; a finished sweep draws no such entry."""
-    from reports.sweep import STOPPED_LABEL, aggregate, sweep_figure
+    from pagebench.reports.sweep import STOPPED_LABEL, aggregate, sweep_figure
 
     sweep = fake_sweep(tmp_path, one_run)
     stopped = sweep / "1" / "results.json"

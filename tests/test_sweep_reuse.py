@@ -1,4 +1,4 @@
-"""A sweep does not re-simulate a system whose inputs did not change (harness.reuse)."""
+"""A sweep does not re-simulate a system whose inputs did not change (harness.run.reuse)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-import harness.reuse
+import harness.run.reuse
 from test_run_parallel import run_in_process
 
 
 @pytest.fixture
 def in_a_sweep(monkeypatch):
-    monkeypatch.setattr(harness.reuse, "in_sweep", lambda: True)
+    monkeypatch.setattr(harness.run.reuse, "in_sweep", lambda: True)
 
 
 def files(run_dir, name):
@@ -41,9 +41,9 @@ def test_a_contiguous_system_is_reused_across_block_sizes_and_equals_a_fresh_run
 
 def test_other_inputs_or_a_run_outside_a_sweep_simulate_again(tmp_path, capsys, monkeypatch):
     sweep = tmp_path / "sweep"
-    monkeypatch.setattr(harness.reuse, "in_sweep", lambda: True)
+    monkeypatch.setattr(harness.run.reuse, "in_sweep", lambda: True)
     run_in_process(sweep / "0", "systems=[oracle]", "block_size=8")
     run_in_process(sweep / "1", "systems=[oracle]", "block_size=16", "seed=1")  # another seed
-    monkeypatch.setattr(harness.reuse, "in_sweep", lambda: False)
+    monkeypatch.setattr(harness.run.reuse, "in_sweep", lambda: False)
     run_in_process(sweep / "2", "systems=[oracle]", "block_size=16")  # not a sweep's job
     assert "reused" not in capsys.readouterr().err

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.config import EngineSpec
+from harness.config.specs import EngineSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
 from harness.engine.executors import executor_capacity_slots
 from harness.engine.torch_device import resolve_device
@@ -183,7 +183,7 @@ def test_cuda_paged_equals_contiguous_and_reports_device_time():
 
 
 def test_host_cost_benchmark_reports_both_table_strategies():
-    from harness.hostcost import markdown, run
+    from harness.tools.hostcost import markdown, run
 
     result = run([4, 32], context_len=64, block_size=16, steps=20, device=torch.device("cpu"),
                  model="llama-2-13b", hardware="h200")
@@ -204,7 +204,7 @@ def test_host_cost_benchmark_reports_both_table_strategies():
     (["--json", "/dev/null/x.json"], "argument --json: cannot write /dev/null/x.json"),
 ])
 def test_hostcost_bad_arguments_say_which(args, message, capsys):
-    from harness.hostcost import main
+    from harness.tools.hostcost import main
 
     with pytest.raises(SystemExit) as info:
         main(args)
@@ -212,7 +212,7 @@ def test_hostcost_bad_arguments_say_which(args, message, capsys):
 
 
 def test_hostcost_unknown_model_is_an_error_not_a_traceback(capsys):
-    from harness.hostcost import main
+    from harness.tools.hostcost import main
 
     assert main(["--model", "nosuch", "--batch-sizes", "1", "--steps", "1"]) == 2
     assert "error: --model: no " in capsys.readouterr().err
@@ -232,7 +232,7 @@ def test_explicit_kv_slots_on_cpu_still_check_that_the_weights_fit_the_host(monk
 
 
 def test_systems_that_generated_different_tokens_are_named(capsys):
-    from harness.run import _report_outputs
+    from harness.run.serve import _report_outputs
 
     results = {"systems": {"paged": {"output_digest": "a" * 64, "requests": {"rejected": 0}},
                            "pow2": {"output_digest": "b" * 64, "requests": {"rejected": 6}}}}

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.config import ModelSpec
+from harness.config.specs import ModelSpec
 from harness.engine.model import (DecoderModel, dense_causal_attention, exact_decode_attention)
 from harness.engine.torch_device import get_model
-from kernels.reference import paged_decode_attention_reference
+from pagebench.kernels.reference import paged_decode_attention_reference
 from torch_helpers import (TINY, _request, dense_greedy, engine, one_torch_thread, paged,  # noqa: F401
                            run_torch)
 

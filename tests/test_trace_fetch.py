@@ -1,4 +1,4 @@
-"""`python -m harness.traces fetch`: download to a cache folder only if the sha256 matches (file:// URLs)."""
+"""`python -m harness.tools.traces fetch`: download to a cache folder only if the sha256 matches (file:// URLs)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import traces
-from harness.traces import KNOWN, FetchError, KnownTrace, fetch, main
+from harness.tools import traces
+from harness.tools.traces import KNOWN, FetchError, KnownTrace, fetch, main
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE_CODE = ROOT / ".." / "shared" / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
@@ -81,7 +81,7 @@ def test_cache_folder_defaults_under_pagebench_cache(monkeypatch, tmp_path):
 
 @pytest.mark.skipif(not AZURE_CODE.is_file(), reason="shared Azure trace not present")
 def test_the_known_azure_checksum_matches_the_shared_copy_via_the_module_cli(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "harness.traces", "fetch", "azure_code", "--dest",
+    result = subprocess.run([sys.executable, "-m", "harness.tools.traces", "fetch", "azure_code", "--dest",
                              str(tmp_path), "--url", AZURE_CODE.resolve().as_uri()],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

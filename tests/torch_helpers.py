@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 
-from harness.config import EngineSpec, HardwareSpec, ModelSpec, SystemSpec
+from harness.config.specs import EngineSpec, HardwareSpec, ModelSpec, SystemSpec
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
 from harness.engine.torch_executor import TorchExecutor
-from harness.systems import build_manager
+from harness.config.systems import build_manager
 from harness.workloads.request import Request
 
 ROOT = Path(__file__).resolve().parents[1]

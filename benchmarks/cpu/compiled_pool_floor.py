@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from allocators.block_pool import BlockPool  # noqa: E402
+from pagebench.allocators.block_pool import BlockPool  # noqa: E402
 
 try:
     from numba import njit

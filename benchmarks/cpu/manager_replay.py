@@ -180,8 +180,8 @@ def shares(overrides: list[str], system: str) -> dict:
     seconds beside the whole run's."""
     from _setup import PreparedRun
 
-    from allocators.block_pool import BlockPool
-    from allocators.paged import PagedKVCacheManager
+    from pagebench.allocators.block_pool import BlockPool
+    from pagebench.allocators.paged import PagedKVCacheManager
 
     prepared = PreparedRun(*overrides)
     with Timer(PagedKVCacheManager, (*TOKEN_ARGS, *OTHER_METHODS)) as manager, \
@@ -197,7 +197,7 @@ def record(path: Path, overrides: list[str], system: str) -> dict:
     """Run ``system`` twice (timed, then recorded) and pickle the calls to ``path``."""
     from _setup import PreparedRun
 
-    from allocators.paged import PagedKVCacheManager
+    from pagebench.allocators.paged import PagedKVCacheManager
 
     prepared = PreparedRun(*overrides)
     start = time.process_time()
@@ -265,7 +265,7 @@ def replay(path: Path, rounds: int, manager: str | None) -> dict:
         module, _, name = manager.partition(":")
         manager_cls = getattr(importlib.import_module(module), name)
     else:
-        from allocators.paged import PagedKVCacheManager as manager_cls
+        from pagebench.allocators.paged import PagedKVCacheManager as manager_cls
     runs = [replay_once(data, manager_cls) for _ in range(rounds)]
     totals = [sum(seconds.values()) for seconds, _, _ in runs]
     counts = runs[0][1]

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from workload import common_argparser, make_workload, run_sim, warmup, workload_summary  # noqa: E402
 
 t_imp = time.perf_counter()
-from allocators.paged import PagedKVCacheManager  # noqa: E402
+from pagebench.allocators.paged import PagedKVCacheManager  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - t_imp
 

@@ -16,7 +16,7 @@ import platform
 from bench_pagebench import IMPORT_SECONDS, _H, _version  # noqa: F401 (sets the driver's path)
 from workload import common_argparser, make_workload, run_sim, warmup, workload_summary
 
-from allocators.radix import RadixKVCacheManager
+from pagebench.allocators.radix import RadixKVCacheManager
 
 
 class RadixAdapter:

@@ -5,7 +5,7 @@ kv_heads, head_dim]`` or contiguous ``[num_slots, kv_heads, head_dim]``) and bui
 step, the ``attention(layer, q, k, v)`` callback of ``harness.engine.model``: write every
 new token's K/V first (so each chunk's own keys, and a prefix block registered this step
 by another sequence, are in the cache), then decode rows through the paged or contiguous
-decode kernel and prefill rows through ``kernels.paged_prefill.prefill_attention``, both
+decode kernel and prefill rows through ``pagebench.kernels.paged_prefill.prefill_attention``, both
 reading the cache in place through the step's index (block tables or start slots). On the
 batch-invariant path both kinds of rows read their keys through the same index and run
 ``model.exact_attention`` (float64). ``for_graph`` is the decode-only callback a captured
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.engine.model import AttentionFn, dense_causal_attention, exact_decode_attention
-from kernels.cache_write import write_kv_cache
-from kernels.contiguous_decode import contiguous_decode_attention
-from kernels.paged_decode import paged_decode_attention
-from kernels.paged_prefill import prefill_attention
+from pagebench.kernels.cache_write import write_kv_cache
+from pagebench.kernels.contiguous_decode import contiguous_decode_attention
+from pagebench.kernels.paged_decode import paged_decode_attention
+from pagebench.kernels.paged_prefill import prefill_attention
 
 
 @dataclass

@@ -11,7 +11,7 @@ the same integers step by step (``decode_work``; the sliding layers' reads from
 
 from __future__ import annotations
 
-from harness.config import CostSpec, HardwareSpec, ModelSpec
+from harness.config.specs import CostSpec, HardwareSpec, ModelSpec
 from harness.engine.cost_layers import LayeredAttention, WindowSpan, decode_work
 from harness.engine.cost_operator import HOST_LINK_GBPS, PHASES, OperatorCostModel, step_seconds
 from harness.engine.sim_executor import RooflineCostModel, StepCost

@@ -1,4 +1,4 @@
-"""Attention work by layer group, for the cost models (``harness.model_layers``' groups).
+"""Attention work by layer group, for the cost models (``harness.models.model_layers``' groups).
 
 A uniform full-attention model (one ``full`` group: Llama, OPT, Qwen) is priced as it
 always was, from the step's (query, key) pairs and KV slots; ``layered_attention`` returns
@@ -40,7 +40,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
 
-from harness.config import ModelSpec
+from harness.config.specs import ModelSpec
 
 # What ``plan_work`` counts in a step (the order of its tuple).
 WORK = ("prefill_pairs", "prefill_window", "prefill_seqs", "prefill_tokens", "decode_pairs",

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.config import CostSpec, HardwareSpec, ModelSpec
+from harness.config.specs import CostSpec, HardwareSpec, ModelSpec
 from harness.engine.cost_profiles import (DecodeEfficiency, decode_efficiency, load_host_profile,
                                           load_kernel_profile)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.conf_tree import CONF_DIR
+from harness.config.conf_tree import CONF_DIR
 from harness.errors import ConfigError
 from harness.fileio import read_json
 

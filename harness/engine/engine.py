@@ -11,13 +11,13 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from harness.config import EngineSpec
+from harness.config.specs import EngineSpec
 from harness.engine.fast_forward import Arrivals, fast_forward, plan_allows_fast_forward
 from harness.engine.plan import StepPlan
 from harness.engine.scheduler import Scheduler
 from harness.engine.sequence import SequenceGroup
 from harness.errors import PagebenchError
-from harness.metrics import RunRecorder
+from harness.metrics.summaries import RunRecorder
 from harness.workloads.request import Request
 
 
@@ -58,7 +58,7 @@ class EngineRun:
     telemetry_rows: list[dict] = field(default_factory=list)  # torch on CUDA: NVML samples
     fit_range: dict | None = None  # sim on a calibrated profile: the steps beyond its range
     cost_model: dict | None = None  # sim: the cost model and profiles that priced the steps
-    offload: dict | None = None  # engine.offload on: the tiers' figures (harness.offload)
+    offload: dict | None = None  # engine.offload on: the tiers' figures (harness.config.offload)
 
 
 def rejection_reason(request: Request, scheduler: Scheduler, spec: EngineSpec,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.config import (CostSpec, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
+from harness.config.specs import (CostSpec, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
                             kv_capacity_slots)
 from harness.engine.cost_layered import LayeredOperatorCostModel, LayeredRooflineCostModel
 from harness.engine.cost_layers import layered_attention
@@ -46,7 +46,7 @@ def make_cost_model(cost: CostSpec, system: SystemSpec, model: ModelSpec,
     whichever model is selected: a measurement of this model beats either. A model whose
     layers are not all full attention gets the layered version of either
     (``harness.engine.cost_layered``)."""
-    from allocators import MANAGERS
+    from pagebench.allocators.registry import MANAGERS
 
     layout, page_tokens = MANAGERS[system.kind].kernel_layout(system, model)
     fitted = layout_fit(hardware, layout)

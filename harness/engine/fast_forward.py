@@ -31,11 +31,11 @@ from itertools import accumulate
 
 import numpy as np
 
-from allocators.base import PagedBulkDecode
+from pagebench.allocators.base import PagedBulkDecode
 from harness.engine.plan import StepPlan
 from harness.engine.scheduler import Scheduler
 from harness.engine.sequence import Sequence, SequenceGroup, decode_synthetic, kv_span
-from harness.metrics import RunRecorder
+from harness.metrics.summaries import RunRecorder
 
 # Shorter spans run step by step (1: even one bulk step costs less than a scheduled one).
 MIN_SPAN = 1

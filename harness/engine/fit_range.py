@@ -1,6 +1,6 @@
 """How far a simulated run stays inside the range its calibrated cost model was fitted on.
 
-``python -m harness.calibrate`` fits step times on a grid of batch sizes and context
+``python -m harness.tools.calibrate`` fits step times on a grid of batch sizes and context
 lengths, and records the grid's largest batch and the largest KV a sequence reached
 (``FittedCostSpec.max_batch_size`` / ``max_context_len``). A simulated step priced with
 that fit is *beyond* the range when it runs more sequences than that batch, or when its
@@ -111,7 +111,7 @@ def _fit_warnings(systems: dict[str, dict], hardware: str) -> list[str]:
             f"up to {first['fitted_max_batch_size']}, {first['fitted_max_context_len']:,} KV tokens "
             f"per sequence) have extrapolated times: {counts}. This run reached batches of "
             f"{batch} and {context:,.0f} KV tokens per sequence on average: calibrate on a grid "
-            f"that covers them (python -m harness.calibrate --batch-sizes {batches} "
+            f"that covers them (python -m harness.tools.calibrate --batch-sizes {batches} "
             f"--context-lens {contexts} --name {hardware} --force, with the --model and "
             "--hardware the profile was made with)"]
 

@@ -32,7 +32,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from harness.config import TORCH_ARCHITECTURES, ModelSpec
+from harness.config.specs import TORCH_ARCHITECTURES, ModelSpec
 from harness.engine.rope import rotary_tables
 from harness.errors import ConfigError
 from harness.engine.weights import OPT_POSITION_OFFSET, LayerWeights, load_checkpoint, random_weights

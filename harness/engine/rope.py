@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from harness.config import ModelSpec
+from harness.config.specs import ModelSpec
 
 
 def inverse_frequencies(spec: ModelSpec) -> torch.Tensor:

@@ -26,8 +26,8 @@ import random
 from array import array
 from collections import deque
 
-from allocators.base import KVCacheManager
-from harness.config import EngineSpec
+from pagebench.allocators.base import KVCacheManager
+from harness.config.specs import EngineSpec
 from harness.engine.plan import ScheduledChunk, StepPlan
 from harness.engine.sequence import SYNTHETIC_TOKEN_BASE, Sequence, SequenceGroup
 

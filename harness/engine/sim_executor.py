@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from harness.config import CostSpec, HardwareSpec, ModelSpec
+from harness.config.specs import CostSpec, HardwareSpec, ModelSpec
 from harness.engine.cost_layers import plan_work
 from harness.engine.cost_operator import HOST_LINK_GBPS, PHASES, OperatorCostModel, step_seconds
 from harness.engine.fit_range import FitRange
@@ -39,7 +39,7 @@ class RooflineCostModel:
     Swaps move KV over the host link at ``swap_bandwidth_gbps``.
 
     Calibrated hardware (``hardware.fitted``, and ``fitted_contiguous`` for contiguous
-    systems when present, written by ``python -m harness.calibrate``): for the model it
+    systems when present, written by ``python -m harness.tools.calibrate``): for the model it
     was measured on, the step time is the fitted model of ``FittedCostSpec`` (plus copies at the effective bandwidth and swaps as above); for
     other models the roofline uses the fit's derived efficiencies instead of ``cost``'s.
     Sliding-window, MLA and linear layers: ``harness.engine.cost_layered``.

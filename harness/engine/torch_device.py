@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from harness.config import EngineSpec, ModelSpec
+from harness.config.specs import EngineSpec, ModelSpec
 from harness.engine.model import DecoderModel, dense_causal_attention
 from harness.errors import ConfigError
 
@@ -83,7 +83,7 @@ def torch_kv_capacity_slots(model_spec: ModelSpec, hardware, engine: EngineSpec,
     ``total * gpu_memory_utilization - weights - activation peak - non-torch memory``.
     On CPU: the hardware profile's formula, capped by the host's available memory.
     """
-    from harness.config import GIB, kv_capacity_slots
+    from harness.config.specs import GIB, kv_capacity_slots
 
     device = resolve_device(engine.device)
     if engine.kv_capacity_slots is not None:

@@ -12,7 +12,7 @@ the manager's capacity:
 
 Each ``execute(plan)``, in order:
 
-1. swap-outs, swap-ins (``kernels.cache_write.swap_blocks``), then copy-on-write / fork
+1. swap-outs, swap-ins (``pagebench.kernels.cache_write.swap_blocks``), then copy-on-write / fork
    copies (``copy_blocks``): paged pairs are blocks, contiguous (and radix) pairs are slots;
 2. host preparation: token ids, positions, slot mappings, decode block tables (or start
    offsets), prefill gather indices -- packed into ONE host-to-device copy;
@@ -20,7 +20,7 @@ Each ``execute(plan)``, in order:
    ``write_kv_cache`` first (so a prefix block registered this step by one sequence is
    filled before another reads it, and each chunk's own keys are in the cache), then
    decode tokens (1-token chunks) run the paged or contiguous decode kernel, and prefill
-   chunks run ``kernels.paged_prefill.prefill_attention``, which reads each chunk's context
+   chunks run ``pagebench.kernels.paged_prefill.prefill_attention``, which reads each chunk's context
    ``[0, end)`` IN PLACE through the same block tables (or start offsets): prefix-cache hits
    and earlier chunks of a chunked prefill are read from the cache, never recomputed or
    copied. With ``batch_invariant`` (the CPU default) decode and prefill rows read their
@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from harness.config import EngineSpec, ModelSpec, SystemSpec
+from harness.config.specs import EngineSpec, ModelSpec, SystemSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
 from harness.engine.cache_attention import CacheAttention, PrefillChunk, StepInputs
 from harness.engine.cuda_graphs import DecodeGraphs, capture_sizes, pad_decode_arrays
@@ -53,11 +53,11 @@ from harness.engine.plan import StepPlan
 from harness.engine.torch_device import (device_name, get_model, resolve_batch_invariant,
                                          resolve_device, set_cpu_threads)
 from harness.errors import ConfigError
-from kernels.cache_write import copy_blocks, swap_blocks, write_kv_cache
-from kernels.contiguous_decode import contiguous_decode_attention
-from kernels import _runtime as rt
-from kernels.paged_decode import paged_decode_attention
-from kernels.paged_prefill import prefill_attention
+from pagebench.kernels.cache_write import copy_blocks, swap_blocks, write_kv_cache
+from pagebench.kernels.contiguous_decode import contiguous_decode_attention
+from pagebench.kernels import _runtime as rt
+from pagebench.kernels.paged_decode import paged_decode_attention
+from pagebench.kernels.paged_prefill import prefill_attention
 
 class StepSample(NamedTuple):
     """One executed step: what it computed (the sim cost model's features) and what it took."""
@@ -148,7 +148,7 @@ class TorchExecutor:
                                            index_shape=width, max_context_len=max_model_len,
                                            attention_fn=self.attention.for_graph)
             if engine.telemetry_interval_s > 0:
-                from harness.nvml import NvmlSampler
+                from harness.run.nvml import NvmlSampler
 
                 self.telemetry = NvmlSampler(self.device, interval_s=engine.telemetry_interval_s)
 

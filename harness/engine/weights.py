@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from harness.config import ModelSpec
+from harness.config.specs import ModelSpec
 from harness.errors import ConfigError, InputError
 
 OPT_POSITION_OFFSET = 2  # OPT's learned positions start at row 2 (OPTLearnedPositionalEmbedding)

@@ -7,7 +7,7 @@ directory:
 
 - ``study.json``: the setup, every job's summary (the ``results.json`` system schema
   plus ``study`` extras), the derived measured values, and timing;
-- ``report.html``: the study's section (``reports.paper_section``): the figure drawn
+- ``report.html``: the study's section (``pagebench.reports.paper_section``): the figure drawn
   like the paper's, measured vs published values, and the causes of differences.
 """
 
@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.cli_args import check_seed
+from harness.config.cli_args import check_seed
 from harness.errors import ConfigError
 from harness.fileio import write_json
-from harness.results import STUDY_SCHEMA_VERSION
-from harness.run_setup import REQUIRED_KEYS, run_setup
+from harness.run.results import STUDY_SCHEMA_VERSION
+from harness.config.run_setup import REQUIRED_KEYS, run_setup
 
 _SUMMARY_KEYS = ("label", "allocator", "memory", "requests", "throughput", "latency", "batch",
                  "preemptions", "swaps", "prefix_cache", "sharing_savings_pct", "complete",
@@ -58,9 +58,9 @@ def prepare_study(cfg: Any) -> PreparedStudy:
     job's specs and system) and plan its jobs, without running any: ``python -m harness``
     calls it before it sets an earlier run's outputs aside, so a config error leaves them
     where they were. Raises ``ConfigError``."""
-    from harness.run import TOP_LEVEL_KEYS
+    from harness.run.serve import TOP_LEVEL_KEYS
     from harness.studies.paper import STUDIES, check_study_keys
-    from harness.processes import usable_cpus
+    from harness.run.processes import usable_cpus
 
     plain = _plain(cfg)
     study = plain.pop("study", None)
@@ -141,7 +141,7 @@ def run_study(cfg: Any, out_dir: Path, prepared: PreparedStudy | None = None) ->
                  "platform": platform.platform(), "processor": platform.processor() or None},
     }
     write_json(out_dir / "study.json", result)
-    from reports.paper_section import render_study_report
+    from pagebench.reports.paper_section import render_study_report
 
     render_study_report(out_dir)
     print(f"study {name}: {len(pairs)} jobs, wall {wall:.1f} s (jobs' CPU {job_cpu:.1f} s on "

@@ -2,7 +2,7 @@
 
 A study is a set of sub-runs that differ from one base config in a few keys (the
 request rate, the block size, the workload). ``run_jobs`` runs each (sub-run,
-system) pair as one job through the same pieces as ``harness.run`` (specs, workload,
+system) pair as one job through the same pieces as ``harness.run.serve`` (specs, workload,
 KV manager, scheduler, sim executor, engine loop, summaries) and returns each job's
 ``results.json``-style system summary plus a few study-specific extras. Jobs run in
 parallel, one per core; rate chains stop a system's sweep soon after it saturates.
@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.processes import forking, usable_cpus, worker_pool
+from harness.run.processes import forking, usable_cpus, worker_pool
 
 
 def set_path(cfg: dict, dotted: str, value: Any) -> None:
@@ -101,13 +101,13 @@ def run_job(job: Job) -> dict:
     """Run one job in this process: the system summary plus study extras."""
     from dataclasses import replace
 
-    from harness.config import kv_capacity_slots
+    from harness.config.specs import kv_capacity_slots
     from harness.engine.engine import run_engine
     from harness.engine.executors import make_executor
     from harness.engine.scheduler import Scheduler
-    from harness.run import _system_summary
-    from harness.run_setup import run_setup
-    from harness.systems import build_manager
+    from harness.run.serve import _system_summary
+    from harness.config.run_setup import run_setup
+    from harness.config.systems import build_manager
     from harness.workloads import build_workload
 
     cpu_start = time.process_time()

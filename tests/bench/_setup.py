@@ -25,10 +25,10 @@ def compose(*overrides: str):
 
 
 class PreparedRun:
-    """Everything ``harness.run.run_serving`` builds before running the systems."""
+    """Everything ``harness.run.serve.run_serving`` builds before running the systems."""
 
     def __init__(self, *overrides: str) -> None:
-        from harness.config import (EngineSpec, HardwareSpec, ModelSpec, build_spec,
+        from harness.config.specs import (EngineSpec, HardwareSpec, ModelSpec, build_spec,
                                     kv_capacity_slots, select_systems)
         from harness.workloads import build_workload
 
@@ -44,7 +44,7 @@ class PreparedRun:
 
     def run(self, system_name: str):
         """One system through the engine on the sim executor (no files written)."""
-        from harness.run import _run_one
+        from harness.run.serve import _run_one
 
         return _run_one(self.systems[system_name], self.workload, self.model, self.hardware,
                         self.engine, self.capacity, self.max_model_len, self.seed, False)

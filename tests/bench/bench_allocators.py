@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from _setup import unique_prompt
-from allocators.arena import make_arena
-from allocators.block_pool import BlockPool
-from allocators.paged import PagedKVCacheManager
+from pagebench.allocators.arena import make_arena
+from pagebench.allocators.block_pool import BlockPool
+from pagebench.allocators.paged import PagedKVCacheManager
 
 BATCH = 256
 

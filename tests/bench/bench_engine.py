@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from _setup import TRACES, PreparedRun, unique_prompt
-from harness.config import EngineSpec
+from harness.config.specs import EngineSpec
 from harness.engine.scheduler import Scheduler
 from harness.engine.sequence import SequenceGroup
-from harness.systems import build_manager
-from harness.config import ModelSpec, SystemSpec
+from harness.config.systems import build_manager
+from harness.config.specs import ModelSpec, SystemSpec
 from harness.workloads.request import Request
 
 BATCH = 256

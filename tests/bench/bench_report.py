@@ -10,7 +10,7 @@ from _setup import compose
 @pytest.fixture(scope="module")
 def docqa_run_dir(tmp_path_factory):
     """The default docqa run's result files (four systems), without a report."""
-    from harness.run import run_serving
+    from harness.run.serve import run_serving
 
     out = tmp_path_factory.mktemp("docqa")
     run_serving(compose("workload=docqa", "report=false", "progress=false"), out)
@@ -20,8 +20,8 @@ def docqa_run_dir(tmp_path_factory):
 @pytest.mark.parametrize("drawing", ["here", "workers"])
 def bench_render_run_report_docqa(benchmark, docqa_run_dir, drawing, monkeypatch):
     """One call: ``render_run_report`` of the default docqa run (10 figures)."""
-    import reports.figure_batch as figure_batch
-    from reports.render import render_run_report
+    import pagebench.reports.figure_batch as figure_batch
+    from pagebench.reports.render import render_run_report
 
     if drawing == "here":
         monkeypatch.setattr(figure_batch, "parallel_workers", lambda n: 1)

@@ -25,10 +25,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from harness.conf_tree import (CONF_DIR, config_body, config_keys, config_tree, default_options,
+from harness.config.conf_tree import (CONF_DIR, config_body, config_keys, config_tree, default_options,
                                option_selects, option_trees)
 from harness.errors import did_you_mean
-from harness.run_setup import REQUIRED_KEYS
+from harness.config.run_setup import REQUIRED_KEYS
 
 
 def _parse(overrides: list[str]):
@@ -248,7 +248,7 @@ def _check_options(group: str, options: list[str], parts: list[str], line: str,
 def _spec_fields(group: str, tree: dict, path: list[str]) -> set[str]:
     """The keys the spec of ``group``'s node at ``path`` takes (e.g. ``SystemSpec`` for
     ``allocator.paged``), or an empty set where no spec is known."""
-    from harness import config
+    from harness.config import specs as config
 
     specs: dict[tuple[str, ...], type] = {
         ("model",): config.ModelSpec, ("model", "rope_scaling"): config.RopeScaling,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pandas is imported lazily: the gate CLI does not need it
     import pandas as pd
 
 SCHEMA_VERSION = 1
-STUDY_SCHEMA_VERSION = 1  # of study.json (harness.studies writes it, reports.paper_section reads it)
+STUDY_SCHEMA_VERSION = 1  # of study.json (harness.studies writes it, pagebench.reports.paper_section reads it)
 
 
 def write_table(path: Path, frame: pd.DataFrame) -> None:

@@ -1,4 +1,4 @@
-"""Argument types for the small command-line tools (``harness.calibrate``, ``harness.hostcost``),
+"""Argument types for the small command-line tools (``harness.tools.calibrate``, ``harness.tools.hostcost``),
 and checks of top-level config values that several entry points share.
 
 As ``type=`` of ``argparse`` arguments they turn a bad value into argparse's own

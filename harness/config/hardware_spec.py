@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.model_spec import DTYPE_BYTES, ModelSpec
-from harness.spec_checks import (_NESTED, FRACTION, POSITIVE, _require, _require_int,
+from harness.models.model_spec import DTYPE_BYTES, ModelSpec
+from harness.config.spec_checks import (_NESTED, FRACTION, POSITIVE, _require, _require_int,
                                  _require_number, _require_str)
 
 
 @dataclass(frozen=True)
 class FittedCostSpec:
-    """Step-time coefficients fitted to measured torch runs (``python -m harness.calibrate``).
+    """Step-time coefficients fitted to measured torch runs (``python -m harness.tools.calibrate``).
 
     Step time = step_overhead_s + max(per_token_s * tokens, linear_floor_s)
     + per_attention_pair_s * pairs
@@ -68,7 +68,7 @@ class HardwareSpec:
     hbm_bandwidth_gbps: float
     peak_fp16_tflops: float
     fitted: FittedCostSpec | None = None
-    # the contiguous systems' own fit (python -m harness.calibrate fits each layout apart);
+    # the contiguous systems' own fit (python -m harness.tools.calibrate fits each layout apart);
     # None: ``fitted`` serves them too
     fitted_contiguous: FittedCostSpec | None = None
     # The decode-attention kernel profile (conf/kernel_profile/<name>.yaml) the operator

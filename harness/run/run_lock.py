@@ -4,8 +4,8 @@ A run takes ``claim_run_dir(out_dir)`` for its whole length: an exclusive ``floc
 ``out_dir/.pagebench.lock`` (a second run into the directory is refused while it is held;
 the kernel drops it when the holder dies, however it dies) and a fresh token written into
 that file. The token is this process's claim on the directory, inherited by its worker
-processes (``harness.processes.worker_pool``). ``check_owner`` runs immediately before
-each atomic rename (``harness.results.atomic_write_bytes``): a process whose claim is not
+processes (``harness.run.processes.worker_pool``). ``check_owner`` runs immediately before
+each atomic rename (``harness.run.results.atomic_write_bytes``): a process whose claim is not
 the token in the lock file (a worker of a run killed with ``kill -9``, outlived by a later
 run) may not write there. Directories without a lock file (a sweep's top directory, a
 report written later) are anyone's.

@@ -3,7 +3,7 @@
 ``option_trees`` gives each config group option's nested tree (with what its own
 defaults select), ``config_tree`` the top-level config's, ``option_selects`` which
 options an option selects in other groups, and ``default_options`` what the top-level
-config selects. ``harness.override_check`` looks command-line keys up in them before
+config selects. ``harness.config.override_check`` looks command-line keys up in them before
 Hydra composes anything.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import yaml
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 GLOBAL_PACKAGE = "# @package _global_"
 # NOTE: every run reads every file of conf/ here: with libyaml (when PyYAML has it) that
 # takes ~20 ms instead of ~150 ms

@@ -1,8 +1,8 @@
-"""config.json readers for the families with layer groups (``harness/hf_config.py`` registers
+"""config.json readers for the families with layer groups (``harness/models/hf_config.py`` registers
 them): Qwen3 and Qwen3-MoE, Gemma-2 and Gemma-3 (local and global layers), DeepSeek-V3 (MLA
 and experts), Qwen3-Next (linear-attention hybrid).
 
-Each returns ModelSpec keys (``harness/model_layers.py`` explains the layer kinds). The
+Each returns ModelSpec keys (``harness/models/model_layers.py`` explains the layer kinds). The
 layer pattern comes from config.json's ``layer_types`` when present, else from the family's
 own key (``sliding_window_pattern``, ``full_attention_interval``) or its documented default
 (Gemma-2 alternates, local first); it is stored as its shortest repeating period. These
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.hf_fields import Fields, dtype_of, llama_keys, reader, rope_keys
+from harness.models.hf_fields import Fields, dtype_of, llama_keys, reader, rope_keys
 
 LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear"}
 

@@ -2,7 +2,7 @@
 
 ``run_setup(cfg)`` builds the model, hardware and engine specs, the block size, the seed,
 ``max_model_len`` and the systems, and parses the workload's spec (no request is generated
-and no trace is read; the device is not touched). A serving run (``harness.run``), each job
+and no trace is read; the device is not touched). A serving run (``harness.run.serve``), each job
 of a study (``harness.studies``) and ``python -m harness``'s check before it sets an
 earlier run's outputs aside all build them here, so they refuse the same configs.
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cli_args import check_seed
-from harness.config import (GIB, MAX_KV_SLOTS, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
+from harness.config.cli_args import check_seed
+from harness.config.specs import (GIB, MAX_KV_SLOTS, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
                             build_spec, select_systems, validate_block_size)
 from harness.engine.executors import check_cost_profiles
 from harness.errors import ConfigError
-from harness.offload import check_offload
+from harness.config.offload import check_offload
 
 # The top-level keys every run builds from: deleting one (~seed) is refused.
 REQUIRED_KEYS = ("allocator", "block_size", "engine", "hardware", "model", "seed", "systems",
@@ -40,8 +40,8 @@ class RunSetup:
 def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     """The specs of ``cfg`` (a composed config or its plain dict), for its ``systems`` or
     the given ones; raises ``ConfigError`` naming the key at fault."""
-    from harness.hf_config import load_model_spec
-    from harness.memory_estimate import check_run_fits
+    from harness.models.hf_config import load_model_spec
+    from harness.config.memory_estimate import check_run_fits
     from harness.workloads.build import parse_workload
 
     missing = [key for key in REQUIRED_KEYS if key not in cfg and (key != "systems" or not systems)]
@@ -80,7 +80,7 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
 
 def check_systems_for_model(systems: list[SystemSpec], model: ModelSpec) -> None:
     """What a system's manager cannot do with this model (e.g. a page smaller than a token)."""
-    from allocators import MANAGERS
+    from pagebench.allocators.registry import MANAGERS
     for system in systems:
         problem = MANAGERS[system.kind].system_problem(system, model)
         if problem is not None:
@@ -90,7 +90,7 @@ def check_systems_for_model(systems: list[SystemSpec], model: ModelSpec) -> None
 def check_systems_for_engine(systems: list[SystemSpec], engine: EngineSpec) -> None:
     """engine=torch lays KV out as its managers declare: a system without a tensor layout
     is refused here, before any system runs (the executor would refuse it only when built)."""
-    from allocators import MANAGERS
+    from pagebench.allocators.registry import MANAGERS
     if engine.executor != "torch":
         return
     for system in systems:

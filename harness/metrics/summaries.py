@@ -9,7 +9,7 @@ from operator import attrgetter
 import numpy as np
 import pandas as pd
 
-from allocators.base import MemoryBreakdown
+from pagebench.allocators.base import MemoryBreakdown
 
 # Per-step columns, in table order.
 STEP_COLUMNS = (

@@ -24,24 +24,24 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 
 from harness import __version__
-from harness.config import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, check_run_options,
+from harness.config.specs import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, check_run_options,
                             kv_capacity_slots, wants_report)
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
 from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
-from harness.metrics import layer_group_summary, memory_summary, serving_summary
-from harness.offload import offload_figures, offload_summary
-from harness.processes import fork_is_safe, forking, usable_cpus, worker_pool
-from harness.progress import ParallelBars, publish, shared_progress
-from harness.reuse import reuse_earlier
-from harness.interrupts import STOP_SIGNALS, InterruptFlag, deferred_interrupt
-from harness.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
+from harness.metrics.summaries import layer_group_summary, memory_summary, serving_summary
+from harness.config.offload import offload_figures, offload_summary
+from harness.run.processes import fork_is_safe, forking, usable_cpus, worker_pool
+from harness.run.progress import ParallelBars, publish, shared_progress
+from harness.run.reuse import reuse_earlier
+from harness.run.interrupts import STOP_SIGNALS, InterruptFlag, deferred_interrupt
+from harness.run.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.fileio import write_json
-from harness.results import SCHEMA_VERSION, config_hash, write_table
-from harness.run_setup import RunSetup, check_block_sizes, run_setup
-from harness.systems import build_manager
+from harness.run.results import SCHEMA_VERSION, config_hash, write_table
+from harness.config.run_setup import RunSetup, check_block_sizes, run_setup
+from harness.config.systems import build_manager
 
 if TYPE_CHECKING:
     from harness.workloads import Workload
@@ -201,13 +201,13 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     write_json(out_dir / "run_info.json", run_info)
     write_json(out_dir / "results.json", results)  # last: when it is there, the rest is
     if report:
-        from reports.render import render_run_report
+        from pagebench.reports.render import render_run_report
 
         try:
             render_run_report(out_dir)
         except KeyboardInterrupt:
             again = "the same command again (or " if results["complete"] else "("
-            print(f"report.html not drawn; the results are written: {again}python -m reports "
+            print(f"report.html not drawn; the results are written: {again}python -m pagebench.reports "
                   f"{out_dir}) draws it", file=sys.stderr)
             raise
     print(f"wall time {run_info['wall_time_s']:.2f} s; results in {out_dir}", file=sys.stderr)
@@ -351,7 +351,7 @@ def _pool_context() -> multiprocessing.context.BaseContext:
 
 _worker_context: RunContext | None = None
 _worker_stop: Any = None  # the parent's stop flag (a shared ctypes byte)
-_worker_progress: Any = None  # the parent's progress slots (harness.progress)
+_worker_progress: Any = None  # the parent's progress slots (harness.run.progress)
 
 
 def _init_worker(shared: bytes, stop: Any, progress: Any = None) -> None:

@@ -1,14 +1,14 @@
 """The model spec: a decoder-only transformer's dimensions (``ModelSpec``), its
 ``rope_scaling``, the dtype tables and the architectures the code knows. The layer
-groups (sliding window, MLA, MoE, linear attention) are in ``harness.model_layers``."""
+groups (sliding window, MLA, MoE, linear attention) are in ``harness.models.model_layers``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.model_layers import (LayerGroup, LinearAttentionSpec, MlaSpec, MoeSpec,
+from harness.models.model_layers import (LayerGroup, LinearAttentionSpec, MlaSpec, MoeSpec,
                                   attention_kv_values, layer_groups, layer_params, validate_layers)
-from harness.spec_checks import (_NESTED, POSITIVE, _require, _require_bool, _require_int,
+from harness.config.spec_checks import (_NESTED, POSITIVE, _require, _require_bool, _require_int,
                                  _require_number, _require_str)
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -53,7 +53,7 @@ ARCHITECTURES = (*TORCH_ARCHITECTURES, "qwen3", "qwen3_moe", "qwen3_next", "gemm
 class ModelSpec:
     """A decoder-only transformer's published dimensions and the architecture the torch
     executor builds for it (``path``: a local Hugging Face checkpoint with its weights;
-    ``harness.hf_config`` builds the spec from its config.json)."""
+    ``harness.models.hf_config`` builds the spec from its config.json)."""
 
     name: str
     num_layers: int
@@ -75,7 +75,7 @@ class ModelSpec:
     attention_bias: bool = False  # biases on the q, k, v projections (Qwen2)
     sliding_window: int | None = None  # each query sees its last N keys (Mistral); null = all
     path: str | None = None  # a local HF checkpoint directory (null = seeded random weights)
-    # Layer groups and their KV (harness/model_layers.py): the repeating kinds of the layers
+    # Layer groups and their KV (harness/models/model_layers.py): the repeating kinds of the layers
     # (full, sliding, linear; null = all full, or all sliding with sliding_window), MLA
     # ranks, experts, linear-attention dimensions, and the KV cache's dtype (null = dtype).
     kv_dtype: str | None = None

@@ -1,7 +1,7 @@
 """``engine.offload``: the CPU and disk tiers behind the GPU prefix cache: the spec, its
 checks, and the figures results.json reports (``offload``).
 
-The tiers themselves are ``allocators.offload_tier``; what a load costs is priced by the
+The tiers themselves are ``pagebench.allocators.offload_tier``; what a load costs is priced by the
 sim executor (``harness.engine.sim_executor.OffloadLoadCost``).
 """
 
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError
-from harness.spec_checks import POSITIVE, _require, _require_number
+from harness.config.spec_checks import POSITIVE, _require, _require_number
 
 if TYPE_CHECKING:
-    from harness.config import EngineSpec, ModelSpec, SystemSpec
+    from harness.config.specs import EngineSpec, ModelSpec, SystemSpec
 
 GIB = 1024**3
 
@@ -117,7 +117,7 @@ def offload_summary(figures: dict, steps, requests) -> dict:
     that loaded nothing)."""
     import numpy as np
 
-    from harness.metrics import percentiles
+    from harness.metrics.summaries import percentiles
 
     figures = dict(figures)
     own = dict(figures.pop("_request_load_s"))

@@ -1,4 +1,4 @@
-"""Typed checks for the config specs (``harness.config`` and its spec modules).
+"""Typed checks for the config specs (``harness.config.specs`` and its spec modules).
 
 ``build_spec`` builds a frozen spec dataclass from a mapping, refusing unknown keys with a
 ``ConfigError`` that names the key; the ``_require*`` helpers are what each spec's
@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from harness.errors import ConfigError, did_you_mean
 
 # (spec class name, field) -> the spec class of that field's mapping; each spec module
-# adds its own entries (harness/model_spec.py, harness/hardware_spec.py, harness/config.py)
+# adds its own entries (harness/models/model_spec.py, harness/config/hardware_spec.py, harness/config/specs.py)
 _NESTED: dict[tuple[str, str], type] = {}
 
 

@@ -1,5 +1,5 @@
-"""KV-cache managers (pure Python, no torch): paged blocks, contiguous reservations, and
-whatever else registers itself (``allocators.base.register_manager``).
+"""The registry of KV-cache managers (pure Python, no torch): paged blocks, contiguous reservations, and
+whatever else registers itself (``pagebench.allocators.base.register_manager``).
 
 ``make_manager("paged", num_blocks=..., block_size=16)`` or
 ``make_manager("contiguous", capacity_slots=..., policy="pow2", max_model_len=4096)``.
@@ -12,16 +12,19 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+from pathlib import Path
 from typing import Any
 
-from allocators.arena import ARENAS, make_arena
-from allocators.base import (MANAGERS, Admission, Capabilities, KVCacheManager, ManagerStats,
+from pagebench.allocators.arena import ARENAS, make_arena
+from pagebench.allocators.base import (MANAGERS, Admission, Capabilities, KVCacheManager, ManagerStats,
                              MemoryBreakdown, register_manager)
-from allocators.contiguous import POLICIES, ContiguousKVCacheManager
-from allocators.paged import PagedKVCacheManager
+from pagebench.allocators.contiguous import POLICIES, ContiguousKVCacheManager
+from pagebench.allocators.paged import PagedKVCacheManager
 
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+_PACKAGE = __name__.rpartition(".")[0]  # pagebench.allocators
+for _module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+    if _module.name != "registry":
+        importlib.import_module(f"{_PACKAGE}.{_module.name}")
 
 
 def make_manager(kind: str, **kwargs: Any) -> KVCacheManager:

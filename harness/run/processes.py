@@ -68,9 +68,9 @@ def worker_pool(max_workers: int, mp_context: multiprocessing.context.BaseContex
     simulating and write its tables into a run directory that a later run owns, then wait
     for work forever. Each worker first calls ``die_with_parent``, then
     ``initializer(*initargs)``, and adopts this process's run-directory claims
-    (``harness.run_lock``), which its writes are checked against.
+    (``harness.run.run_lock``), which its writes are checked against.
     """
-    from harness.run_lock import held_claims
+    from harness.run.run_lock import held_claims
 
     start = functools.partial(_start_worker, os.getpid(),
                               mp_context.get_start_method() != "forkserver", held_claims(),
@@ -80,7 +80,7 @@ def worker_pool(max_workers: int, mp_context: multiprocessing.context.BaseContex
 
 def _start_worker(parent_pid: int, forked_by_parent: bool, claims: dict[str, str],
                   initializer: Callable[..., None] | None, initargs: tuple) -> None:
-    from harness.run_lock import adopt_claims
+    from harness.run.run_lock import adopt_claims
 
     die_with_parent(parent_pid, forked_by_parent)
     adopt_claims(claims)

@@ -1,5 +1,5 @@
 """Typed reads of a Hugging Face config.json (``Fields``) and the keys the Llama layout's
-families share, for the readers of ``harness.hf_config`` and ``harness.hf_layers``: a
+families share, for the readers of ``harness.models.hf_config`` and ``harness.models.hf_layers``: a
 missing or mistyped field is an ``InputError`` naming the file and the field."""
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.config import ModelSpec, build_spec, to_plain
+from harness.config.specs import ModelSpec, build_spec, to_plain
 from harness.errors import ConfigError, InputError
-from harness.hf_fields import Fields, dtype_of, llama_keys, reader
-from harness.hf_layers import FAMILIES as LAYER_FAMILIES
+from harness.models.hf_fields import Fields, dtype_of, llama_keys, reader
+from harness.models.hf_layers import FAMILIES as LAYER_FAMILIES
 
 # keys a model=hf node may set beside path (the rest come from config.json)
 OVERRIDABLE = ("name", "dtype", "kv_dtype", "max_context", "num_layers_override")

@@ -3,8 +3,8 @@ manager class (``allocators.MANAGERS``), which builds itself (``from_system``)."
 
 from __future__ import annotations
 
-from allocators import MANAGERS
-from harness.config import GIB, EngineSpec, ModelSpec, SystemSpec
+from pagebench.allocators.registry import MANAGERS
+from harness.config.specs import GIB, EngineSpec, ModelSpec, SystemSpec
 
 
 def build_manager(system: SystemSpec, capacity_slots: int, model: ModelSpec, engine: EngineSpec,
@@ -15,7 +15,7 @@ def build_manager(system: SystemSpec, capacity_slots: int, model: ModelSpec, eng
     manager = MANAGERS[system.kind].from_system(system, capacity_slots, cpu_slots, max_model_len,
                                                 model)
     if engine.offload.enabled:
-        from allocators.offload_tier import OffloadTiers
+        from pagebench.allocators.offload_tier import OffloadTiers
 
         cpu_blocks, disk_blocks = engine.offload.tier_blocks(system.block_size * model.bytes_per_slot)
         manager.attach_offload(OffloadTiers(cpu_blocks, disk_blocks))

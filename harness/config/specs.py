@@ -4,8 +4,8 @@ Hydra composes YAML; these frozen dataclasses are what the code uses. Each
 ``from_node`` rejects unknown keys and invalid values with a ``ConfigError``
 that names the key (``engine.max_num_seqs``) and says how to fix it.
 
-The specs live in their own modules (``harness.model_spec``, ``harness.hardware_spec``;
-the typed checks in ``harness.spec_checks``); this module keeps the engine and system
+The specs live in their own modules (``harness.models.model_spec``, ``harness.config.hardware_spec``;
+the typed checks in ``harness.config.spec_checks``); this module keeps the engine and system
 specs, the run options and the capacity, and re-exports the rest.
 """
 
@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from harness.errors import ConfigError, did_you_mean
-from harness.hardware_spec import CostSpec, FittedCostSpec, HardwareSpec
-from harness.offload import OffloadSpec
-from harness.model_layers import (LayerGroup, LinearAttentionSpec, MlaSpec, MoeSpec,
+from harness.config.hardware_spec import CostSpec, FittedCostSpec, HardwareSpec
+from harness.config.offload import OffloadSpec
+from harness.models.model_layers import (LayerGroup, LinearAttentionSpec, MlaSpec, MoeSpec,
                                   attention_kv_values, layer_groups, layer_params, validate_layers)
-from harness.model_spec import (ARCHITECTURES, DTYPE_BYTES, KV_DTYPE_BYTES, ROPE_SCALING_TYPES,
+from harness.models.model_spec import (ARCHITECTURES, DTYPE_BYTES, KV_DTYPE_BYTES, ROPE_SCALING_TYPES,
                                 TORCH_ARCHITECTURES, ModelSpec, RopeScaling)
-from harness.spec_checks import (_NESTED, FRACTION, NON_NEGATIVE, POSITIVE, _field_default,
+from harness.config.spec_checks import (_NESTED, FRACTION, NON_NEGATIVE, POSITIVE, _field_default,
                                  _is_int, _require, _require_bool, _require_int, _require_number,
                                  _require_str, build_spec, to_plain)
 
@@ -36,7 +36,7 @@ MAX_KV_SLOTS = 2**31
 RUN_MODES = ("serve", "study", "kernels")
 
 # What this module offers: its own specs and checks, and (re-exported, so that imports
-# from harness.config keep working) the specs and checks of the modules above.
+# from harness.config.specs keep working) the specs and checks of the modules above.
 __all__ = ["ARCHITECTURES", "DTYPE_BYTES", "FRACTION", "GIB", "KV_DTYPE_BYTES", "MAX_KV_SLOTS",
            "NON_NEGATIVE", "POSITIVE", "ROPE_SCALING_TYPES", "RUN_MODES", "SYSTEM_NAME",
            "TORCH_ARCHITECTURES", "ConfigError", "CostSpec", "EngineSpec", "FittedCostSpec",
@@ -66,7 +66,7 @@ class EngineSpec:
     wall_time_limit_s: float | None = None
     fast_forward: bool = True
     cost: CostSpec = field(default_factory=CostSpec)
-    # CPU / disk tiers behind the GPU prefix cache (harness.offload; 0 GiB = off)
+    # CPU / disk tiers behind the GPU prefix cache (harness.config.offload; 0 GiB = off)
     offload: OffloadSpec = field(default_factory=OffloadSpec)
     # --- torch executor (engine=torch); the sim executor ignores these ---
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
@@ -128,7 +128,7 @@ class SystemSpec:
         return dict(self.options)[key]
 
     def validate(self, where: str) -> None:
-        from allocators import MANAGERS  # NOTE: here, so that importing the config stays light
+        from pagebench.allocators.registry import MANAGERS  # NOTE: here, so that importing the config stays light
         _require(self.kind in MANAGERS, f"{where}.kind",
                  f"must be one of {', '.join(sorted(MANAGERS))} (a registered manager), "
                  f"got {self.kind!r}")
@@ -140,7 +140,7 @@ class SystemSpec:
 
     @property
     def label(self) -> str:
-        from allocators import MANAGERS
+        from pagebench.allocators.registry import MANAGERS
         return MANAGERS[self.kind].label(self)
 
 
@@ -169,7 +169,7 @@ def wants_report(cfg: Mapping[str, Any]) -> bool:
     report = cfg.get("report", True)
     if not isinstance(report, bool):
         raise ConfigError(f"report: must be true or false, got {report!r} (report=false skips "
-                          "report.html; python -m reports DIR renders it later)")
+                          "report.html; python -m pagebench.reports DIR renders it later)")
     return report
 
 
@@ -188,7 +188,7 @@ SYSTEM_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # steps_<name>.csv: never a path
 def _with_options(node: dict, where: str) -> dict:
     """``node`` with the keys its manager declares (``options``) moved into ``options``;
     each must be given."""
-    from allocators import MANAGERS
+    from pagebench.allocators.registry import MANAGERS
     kind = node.get("kind")
     declared = MANAGERS[kind].options if isinstance(kind, str) and kind in MANAGERS else ()
     missing = [key for key in declared if key not in node]
@@ -201,7 +201,7 @@ def _with_options(node: dict, where: str) -> dict:
 
 def _uses_block_size(kind: Any) -> bool:
     """Whether the manager ``kind`` takes the top-level block_size (paged, radix...)."""
-    from allocators import MANAGERS
+    from pagebench.allocators.registry import MANAGERS
     return isinstance(kind, str) and kind in MANAGERS and MANAGERS[kind].uses_block_size
 
 

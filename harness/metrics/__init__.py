@@ -1,0 +1,2 @@
+"""The metrics room: step and request records and the summaries results.json reports
+(``summaries``)."""
