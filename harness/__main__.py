@@ -26,6 +26,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+import harness
 from harness.config.specs import wants_report
 from harness.errors import ConfigError, PagebenchError
 from harness.run.interrupts import terminate_as_interrupt
@@ -35,7 +36,7 @@ from harness.run.results import config_hash, existing_complete_results, set_asid
 from harness.run.run_lock import claim_run_dir
 from pagebench.reports.summary import print_run_summary
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+CONF_DIR = str(harness.CONF_DIR)
 
 
 class SweepJobError(CompactHydraException):

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import torch
 
+import harness
 from harness.errors import ConfigError
 from pagebench.kernels.bandwidth import copy_bandwidth, read_bandwidth
 from pagebench.kernels.bench_inputs import flex_call, linear_call, make_contiguous_inputs, make_paged_layout, sdpa_call
@@ -66,7 +67,7 @@ __all__ = ["HeadConfig", "KernelBenchSpec", "check_targets", "load_spec", "main"
            "run_kernel_benchmark", "summarize", "write_results"]
 
 SCHEMA = "pagebench.kernel_bench/1"
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "kernels.yaml"
+DEFAULT_CONFIG = harness.CONF_DIR / "experiment" / "kernels.yaml"
 
 
 class Timer:

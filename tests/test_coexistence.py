@@ -13,6 +13,7 @@ and from another directory.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -89,22 +90,51 @@ def test_pyproject_lists_every_package_folder():
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(tool["packages"])
     expected = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "harness").rglob("__init__.py")}
-    expected |= {f"pagebench.{folder}" for folder in LIBRARIES}
+    expected |= {f"pagebench.{folder}" for folder in LIBRARIES} | {"harness.conf"}
     assert listed == expected
-    assert tool["package-dir"] == {f"pagebench.{f}": f for f in LIBRARIES}
+    assert tool["package-dir"] == {**{f"pagebench.{f}": f for f in LIBRARIES}, "harness.conf": "conf"}
 
 
-def test_the_wheel_puts_only_harness_and_pagebench_into_site_packages(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
     pytest.importorskip("setuptools")
+    out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                           "-q", "-w", str(tmp_path), str(ROOT)],
+                           "-q", "-w", str(out), str(ROOT)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (wheel,) = tmp_path.glob("pagebench-*.whl")
+    (wheel,) = out.glob("pagebench-*.whl")
+    return wheel
+
+
+def test_the_wheel_puts_only_harness_and_pagebench_into_site_packages(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"harness", "pagebench"}
     for module in ("pagebench/kernels/paged_decode.py", "pagebench/allocators/registry.py",
-                   "pagebench/reports/claims.yaml", "harness/run/serve.py", "harness/__main__.py"):
+                   "pagebench/reports/claims.yaml", "harness/run/serve.py", "harness/__main__.py",
+                   "harness/conf/config.yaml", "harness/conf/workload/docqa.yaml"):
         assert module in names
     assert not any(n.startswith("pagebench/kernels/__init__") for n in names)
+
+
+def test_a_wheel_install_runs_the_main_job_from_another_directory(wheel, tmp_path):
+    """Not only the editable install: the wheel carries conf/ (as harness/conf), so a plain
+    ``pip install .`` runs ``python -m harness`` anywhere (checked on a small docqa run)."""
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                           "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # -I would drop the environment's site-packages too; instead the wheel's folder goes first
+    # and the checkout is not on the path (cwd is elsewhere)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    proc = subprocess.run([sys.executable, "-m", "harness", "workload=docqa", "workload.num_requests=20",
+                           "report=false", "progress=false", f"hydra.run.dir={tmp_path / 'run'}"],
+                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "run" / "results.json").is_file()
+    probe = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__, harness.CONF_DIR)"],
+                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+    assert probe.stdout.split() == [str(site / "harness" / "__init__.py"), str(site / "harness" / "conf")]

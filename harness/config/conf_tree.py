@@ -16,7 +16,9 @@ from typing import Any, Iterator
 
 import yaml
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+import harness
+
+CONF_DIR = harness.CONF_DIR
 GLOBAL_PACKAGE = "# @package _global_"
 # NOTE: every run reads every file of conf/ here: with libyaml (when PyYAML has it) that
 # takes ~20 ms instead of ~150 ms

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+import harness
 from harness.config.cli_args import (check_device, device_arg, non_negative_int, output_file, positive_int,
                               positive_ints)
 from harness.config.specs import (EngineSpec, FittedCostSpec, HardwareSpec, ModelSpec, SystemSpec,
@@ -38,7 +39,7 @@ from harness.config.specs import (EngineSpec, FittedCostSpec, HardwareSpec, Mode
 from harness.tools.calibrate_fit import (COEFFICIENTS, FEATURES, Sample, error_summary, fit_coefficients,
                                    predict, relative_errors)
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = harness.CONF_DIR
 __all__ = ["COEFFICIENTS", "FEATURES", "Sample", "calibrate", "fit_coefficients", "main", "predict"]
 CPU_GRID = dict(batch_sizes=(1, 4, 16), context_lens=(16, 64, 192), output_len=6)
 GPU_GRID = dict(batch_sizes=(1, 8, 32, 96), context_lens=(128, 512, 1536), output_len=12)

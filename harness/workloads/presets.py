@@ -11,7 +11,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "conf" / "workload"
+import harness
+
+PRESET_DIR = harness.CONF_DIR / "workload"
 
 
 def load_preset(name_or_path: str | Path) -> dict:
