@@ -160,3 +160,28 @@ def test_contiguous_systems_use_their_own_fit_and_spans_match_single_steps_with_
     single = [cost.step_cost(4, 1000 + 4 * k + 4, 1000 + 4 * k, num_seqs=4).seconds
               for k in range(40)]
     assert bulk == single and bulk[0] >= 0.05
+
+
+def test_a_point_takes_its_layouts_reservation_not_the_paged_blocks():
+    # 140 tokens: 9 blocks of 16 = 144 slots paged; the oracle's buddy extent is 256 (the
+    # GPU run's (1, 128) point with 12 outputs sized 144 + 4 blocks = 208 and was rejected)
+    from harness.tools.calibrate import point_slots
+    from torch_helpers import engine
+
+    assert point_slots(TINY, engine(), "paged", 16, 3, 128, 12) == 3 * 144
+    assert point_slots(TINY, engine(), "contiguous", 16, 3, 128, 12) == 3 * 256
+
+
+@pytest.mark.slow
+def test_contiguous_calibration_runs_where_the_paged_sizing_rejected_it():
+    # the GPU failure on CPU: `grid point (1, 128) rejected requests: {'larger_than_pool': 1}`
+    from harness.tools.calibrate import calibrate
+    from torch_helpers import engine
+
+    lines: list[str] = []
+    result = calibrate(TINY, CPU, engine(kv_capacity_slots=None), batch_sizes=(1, 2),
+                       context_lens=(128,), output_len=12, holdout_every=2, layout="contiguous",
+                       log=lines.append)
+    assert [(p["batch_size"], p["steps"]) for p in result["points"]] == [(1, 12), (2, 12)]
+    assert result["held_back_error"]["count"] == 12  # the held-back point's 12 steps
+    assert result["warmup_wall_s"] > 0 and any("warm-up passes (untimed" in line for line in lines)

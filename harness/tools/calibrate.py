@@ -43,6 +43,7 @@ CONF_DIR = harness.CONF_DIR
 __all__ = ["COEFFICIENTS", "FEATURES", "Sample", "calibrate", "fit_coefficients", "main", "predict"]
 CPU_GRID = dict(batch_sizes=(1, 4, 16), context_lens=(16, 64, 192), output_len=6)
 GPU_GRID = dict(batch_sizes=(1, 8, 32, 96), context_lens=(128, 512, 1536), output_len=12)
+WARMUP_OUTPUT_LEN = 3  # decode steps of a point's untimed warm-up pass
 
 
 def load_spec(cls, group: str, name: str, where: str):
@@ -75,8 +76,7 @@ def measure_point(model: ModelSpec, engine: EngineSpec, batch_size: int, context
         prompt = rng.integers(0, 1 << 29, context_len, dtype=np.int32)
         prompt.flags.writeable = False
         requests.append(Request(i, 0.0, prompt, output_len, name=f"calibrate/{i}"))
-    system = (SystemSpec(name="paged", kind="paged", block_size=block_size) if layout == "paged"
-              else SystemSpec(name="oracle", kind="contiguous", policy="oracle"))
+    system = layout_system(layout, block_size)
     max_model_len = context_len + output_len
     manager = build_manager(system, engine.kv_capacity_slots, model, engine, max_model_len)
     scheduler = Scheduler(manager, engine, seed=seed)
@@ -91,6 +91,27 @@ def measure_point(model: ModelSpec, engine: EngineSpec, batch_size: int, context
                 for s in executor.step_log]
     finally:
         executor.close()
+
+
+def layout_system(layout: str, block_size: int) -> SystemSpec:
+    """The system a layout is measured on: paged (``block_size``) or the contiguous oracle."""
+    if layout == "paged":
+        return SystemSpec(name="paged", kind="paged", block_size=block_size)
+    return SystemSpec(name="oracle", kind="contiguous", policy="oracle")
+
+
+def point_slots(model: ModelSpec, engine: EngineSpec, layout: str, block_size: int, batch: int,
+                context: int, output_len: int) -> int:
+    """KV slots ``batch`` sequences of ``context`` + ``output_len`` tokens take on the layout's
+    manager: whole blocks (paged) or the arena's extent per reservation (the contiguous
+    oracle's buddy arena rounds each one up to a power of two: 140 tokens take 256 slots)."""
+    from harness.config.systems import build_manager
+
+    final_len = context + output_len
+    probe = build_manager(layout_system(layout, block_size), max(final_len, block_size) * 2,
+                          model, replace(engine, swap_space_gib=0.0), final_len)
+    per_sequence = probe.member_slots(context, final_len)  # paged: whole blocks of it
+    return batch * -(-per_sequence // block_size) * block_size
 
 
 def derived_efficiencies(model: ModelSpec, hardware: HardwareSpec, coef: np.ndarray) -> tuple:
@@ -120,24 +141,30 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,
     max_len = max(context_lens) + output_len
     capacity = torch_kv_capacity_slots(model, hardware, engine, max_model_len=max_len, seed=seed)
     points = [(b, c) for b in sorted(batch_sizes) for c in sorted(context_lens)]
-    fits = [(b, c) for b, c in points if b * -(-(c + output_len) // block_size) * block_size <= capacity]
+    need = {(b, c): point_slots(model, engine, layout, block_size, b, c, output_len) for b, c in points}
+    fits = [p for p in points if need[p] <= capacity]
     if len(fits) < len(points):
         log(f"skipping {len(points) - len(fits)} grid points larger than the KV pool ({capacity} slots)")
     held = {p for i, p in enumerate(fits) if holdout_every and i % holdout_every == holdout_every // 2}
     log(f"calibrating {layout} {model.name} ({model.layers} layers, {model.dtype}) on {device_name(device)}: "
         f"{len(fits)} grid points, {len(held)} held back")
-    # warm-up: kernels compiled and caches primed before any timed point
-    measure_point(model, _point_engine(engine, 2, 32, output_len, capacity, block_size), 2, 32, 2,
-                  block_size=block_size, seed=seed, layout=layout)
     samples: list[Sample] = []
+    warmup_s = 0.0
     t0 = time.perf_counter()
     for b, c in fits:
-        point_engine = _point_engine(engine, b, c, output_len, capacity, block_size)
+        point_engine = _point_engine(engine, b, c, output_len, capacity, need[(b, c)], block_size)
+        # untimed warm-up pass of the same shapes (the prefill of b x c tokens, decode at
+        # batch b): kernels compiled and autotuned, caches primed before the timed pass
+        started = time.perf_counter()
+        measure_point(model, point_engine, b, c, min(output_len, WARMUP_OUTPUT_LEN),
+                      block_size=block_size, seed=seed, layout=layout)
+        warmup_s += time.perf_counter() - started
         got = measure_point(model, point_engine, b, c, output_len, block_size=block_size, seed=seed,
                             layout=layout)
         samples.extend(got)
         log(f"  batch {b:4d} context {c:5d}: {len(got)} steps, {sum(s.seconds for s in got):.3f} s"
             f"{'  (held back)' if (b, c) in held else ''}")
+    log(f"  warm-up passes (untimed, one per point): {warmup_s:.2f} s")
     train = [s for s in samples if s.point not in held]
     test = [s for s in samples if s.point in held]
     coef = fit_coefficients(train, with_floor=True)
@@ -166,7 +193,8 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,
         "model": model.name, "layers": model.layers, "dtype": model.dtype,
         "grid": {"batch_sizes": sorted(batch_sizes), "context_lens": sorted(context_lens),
                  "output_len": output_len, "block_size": block_size},
-        "measure_wall_s": round(time.perf_counter() - t0, 2),
+        "measure_wall_s": round(time.perf_counter() - t0 - warmup_s, 2),
+        "warmup_wall_s": round(warmup_s, 2),
         "train_steps": len(train), "held_back_steps": len(test),
         "coefficients": {name: float(v) for name, v in zip((*COEFFICIENTS, "linear_floor_s"), coef)},
         "fitted": asdict(fitted),
@@ -179,8 +207,9 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,
 
 
 def _point_engine(engine: EngineSpec, batch: int, context: int, output_len: int, capacity: int,
-                  block_size: int) -> EngineSpec:
-    need = batch * -(-(context + output_len) // block_size) * block_size
+                  need: int, block_size: int) -> EngineSpec:
+    """The engine of one grid point: a pool of the point's ``need`` slots (its layout's
+    reservations, ``point_slots``) plus four blocks, at most the device's ``capacity``."""
     return replace(engine, max_num_seqs=max(batch, 1),
                    max_num_batched_tokens=max(engine.max_num_batched_tokens, context),
                    kv_capacity_slots=min(capacity, need + 4 * block_size),
