@@ -12,7 +12,8 @@ FIGURES = (("requests_per_s", "req/s"), ("output_tokens_per_s", "output tok/s"),
            ("mean_batch", "mean batch"), ("ttft_p50_s", "TTFT p50 (s)"),
            ("ttft_p99_s", "TTFT p99 (s)"), ("tpot_p50_s", "TPOT p50 (s)"),
            ("decode_step_mean_s", "mean decode step (s)"),
-           ("prefill_step_mean_s", "mean prefill step (s)"))
+           ("prefill_step_mean_s", "mean prefill step (s)"),
+           ("requests_per_s_without_slow_steps", "req/s, measured less its slow steps' excess"))
 HEADER = ["system", "figure", "measured", "sim", "sim/measured", "error %", "target"]
 
 
@@ -22,7 +23,9 @@ def figure_rows(report: dict) -> list[list]:
     for name, s in report["systems"].items():
         label = name if s.get("measured_complete", True) else f"{name} (measured run incomplete)"
         for key, text in FIGURES:
-            f = s["figures"].get(key) or {}
+            if key not in s["figures"]:
+                continue
+            f = s["figures"][key]
             m, p = f.get("measured"), f.get("predicted")
             ratio = round(p / m, 3) if m and p is not None else None
             target = ("–" if f.get("target_pct") is None else
@@ -89,6 +92,11 @@ def console_table(report: dict) -> str:
             mark = "*" if f.get("within_target") is False else ""
             cells.append("–" if f["error_pct"] is None else f"{f['error_pct']:+.1f}{mark}")
         note = "" if s.get("measured_complete", True) else "  (measured run incomplete)"
+        if s.get("measured_slow_steps"):
+            note += (f"  ({len(s['measured_slow_steps'])} measured steps >2x their shape's, "
+                     f"{s['slow_steps_excess_s']:.2f} s excess")
+            extra = s["figures"].get("requests_per_s_without_slow_steps")
+            note += f"; req/s {extra['error_pct']:+.1f}% without it)" if extra else ")"
         lines.append(f"{name:<10}" + "".join(f"{c:>13}" for c in cells) + note)
     return "\n".join(lines)
 

@@ -74,11 +74,22 @@ class HardwareSpec:
     # The decode-attention kernel profile (conf/kernel_profile/<name>.yaml) the operator
     # cost model uses when engine.cost.kernel_profile is null.
     kernel_profile: str = "ideal"
+    # Measured on this hardware (the YAML cites the measurement); each replaces engine.cost's
+    # generic default (its value left at CostSpec's default) in the operator cost model:
+    # the host profile (conf/host_profile/<name>.yaml or a path) and the linear layers'
+    # efficiencies (None: engine.cost's).
+    host_profile: str | None = None
+    compute_efficiency: float | None = None
+    bandwidth_efficiency: float | None = None
 
     def validate(self, where: str) -> None:
         _require_str(self, where, "name", "kernel_profile")
+        _require(self.host_profile is None or (isinstance(self.host_profile, str) and self.host_profile != ""),
+                 f"{where}.host_profile", f"must be a name, a path or null, got {self.host_profile!r}")
         _require_number(self, where, "memory_gib", "hbm_bandwidth_gbps", "peak_fp16_tflops",
                         rule=POSITIVE)
+        _require_number(self, where, "compute_efficiency", "bandwidth_efficiency", rule=FRACTION,
+                        optional=True)
 
 
 @dataclass(frozen=True)

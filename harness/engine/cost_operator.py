@@ -52,6 +52,25 @@ def kernel_profile_name(hardware: HardwareSpec, cost: CostSpec) -> str:
     return cost.kernel_profile or hardware.kernel_profile
 
 
+def host_profile_name(hardware: HardwareSpec, cost: CostSpec) -> str:
+    """The host profile a run uses: ``engine.cost.host_profile`` when it names another than
+    the default, else the hardware's measured one (if it has one), else the default."""
+    if cost.host_profile != CostSpec.host_profile or hardware.host_profile is None:
+        return cost.host_profile
+    return hardware.host_profile
+
+
+def hardware_efficiencies(hardware: HardwareSpec, cost: CostSpec) -> tuple[float, float]:
+    """The linear layers' (compute, bandwidth) efficiencies: each ``engine.cost``'s when set
+    to another value than its default, else the hardware's measured one, else the default."""
+    compute, bandwidth = cost.compute_efficiency, cost.bandwidth_efficiency
+    if compute == CostSpec.compute_efficiency and hardware.compute_efficiency is not None:
+        compute = hardware.compute_efficiency
+    if bandwidth == CostSpec.bandwidth_efficiency and hardware.bandwidth_efficiency is not None:
+        bandwidth = hardware.bandwidth_efficiency
+    return compute, bandwidth
+
+
 class OperatorCostModel:
     """Prices a step as the sum of ``PHASES`` (see the module docstring) for one system:
     its layout (``paged`` or ``contiguous``) and block size select the decode kernel's
@@ -62,7 +81,7 @@ class OperatorCostModel:
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec, layout: str,
                  block_size: int | None, swap_bandwidth_gbps: float = HOST_LINK_GBPS) -> None:
-        compute_eff, bandwidth_eff = cost.compute_efficiency, cost.bandwidth_efficiency
+        compute_eff, bandwidth_eff = hardware_efficiencies(hardware, cost)
         fitted = hardware.fitted_contiguous if layout == "contiguous" else None
         fitted = fitted or hardware.fitted
         if fitted is not None:
@@ -86,7 +105,7 @@ class OperatorCostModel:
             model.dtype)
         constant = self.efficiency.constant
         self.read_slot_at_constant_s = self.read_slot_s / constant if constant else None
-        host = load_host_profile(cost.host_profile)
+        host = load_host_profile(host_profile_name(hardware, cost))
         self.host_profile = host.name
         self.host_step_s, self.host_seq_s = host.per_step_s, host.per_seq_s
 

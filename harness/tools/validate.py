@@ -100,7 +100,9 @@ def validate(run_dir: Path, out: Path, args: argparse.Namespace) -> dict:
     from omegaconf import OmegaConf
 
     from harness.run.serve import run_serving
-    from harness.tools.validate_compare import compare_figures, compare_steps, system_figures
+    from harness.metrics.slow_steps import flag_table
+    from harness.tools.validate_compare import (compare_figures, compare_steps, error_pct, paired,
+                                                system_figures)
 
     config, results, measured_steps = load_measured(run_dir)
     cfg = sim_config(config, results, args)
@@ -113,13 +115,28 @@ def validate(run_dir: Path, out: Path, args: argparse.Namespace) -> dict:
         if sim_entry is None:
             continue
         sim_steps = pd.read_csv(sim_dir / f"steps_{name}.csv")
-        figures = compare_figures(system_figures(sim_entry, sim_steps),
-                                  system_figures(entry, measured_steps[name]))
+        measured = measured_steps[name]
+        # the mean step times over the same steps: a measured run cut by its wall limit
+        # is compared with the sim's steps of the same prefix
+        same = sim_steps.iloc[:len(measured)] if paired(sim_steps, measured) else sim_steps
+        figures = compare_figures(system_figures(sim_entry, same), system_figures(entry, measured))
         complete = bool(entry.get("complete", True))
         if not complete:  # a run cut by its wall limit: its run figures cover a prefix only
             for key in ("requests_per_s", "ttft_p50_s"):
                 figures[key]["within_target"] = None
+        slow = flag_table(measured)
+        excess = sum(row["seconds"] - row["peers_median_s"] for row in slow)
+        makespan = _makespan(entry)
+        if slow and complete and makespan and makespan > excess:
+            # what req/s would have been without the slow steps' excess (offline: all
+            # requests arrive at 0, so req/s = requests / makespan)
+            rate = figures["requests_per_s"]["measured"] * makespan / (makespan - excess)
+            figures["requests_per_s_without_slow_steps"] = {
+                "measured": round(rate, 6), "predicted": figures["requests_per_s"]["predicted"],
+                "error_pct": error_pct(figures["requests_per_s"]["predicted"], rate),
+                "target_pct": None, "within_target": None}
         systems[name] = {"measured_complete": complete,
+                         "measured_slow_steps": slow, "slow_steps_excess_s": round(excess, 4),
                          "figures": figures,
                          "steps": compare_steps(sim_steps, measured_steps[name])}
     cost = (next(iter(predicted["systems"].values()), {}) or {}).get("cost_model") or {}
@@ -131,6 +148,11 @@ def validate(run_dir: Path, out: Path, args: argparse.Namespace) -> dict:
                          "kernel_results": cfg["engine"]["cost"].get("kernel_results"),
                          "cost_model": cfg["engine"]["cost"]["model"]},
             "sim_run": str(sim_dir), "systems": systems}
+
+
+def _makespan(entry: dict) -> float | None:
+    value = (entry.get("throughput") or {}).get("makespan_s")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def main(argv: list[str] | None = None) -> int:
