@@ -38,6 +38,7 @@ device busy time (CUDA events) and host preparation time are kept beside it.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import NamedTuple
 
@@ -48,16 +49,15 @@ from harness.config.specs import EngineSpec, ModelSpec, SystemSpec
 from harness.engine.block_tables import HostBlockTables, ResidentBlockTables, Uploader
 from harness.engine.cache_attention import CacheAttention, PrefillChunk, StepInputs
 from harness.engine.cuda_graphs import DecodeGraphs, capture_sizes, pad_decode_arrays
-from harness.engine.model import DecoderModel, dense_causal_attention
+from harness.engine.warmup import warm_up, warmup_summary
+from harness.metrics.slow_steps import FACTOR as SLOW_FACTOR, slow_steps, step_shape
+from harness.engine.model import DecoderModel
 from harness.engine.plan import StepPlan
 from harness.engine.torch_device import (device_name, get_model, resolve_batch_invariant,
                                          resolve_device, set_cpu_threads)
 from harness.errors import ConfigError
-from pagebench.kernels.cache_write import copy_blocks, swap_blocks, write_kv_cache
-from pagebench.kernels.contiguous_decode import contiguous_decode_attention
+from pagebench.kernels.cache_write import copy_blocks, swap_blocks
 from pagebench.kernels import _runtime as rt
-from pagebench.kernels.paged_decode import paged_decode_attention
-from pagebench.kernels.paged_prefill import prefill_attention
 
 class StepSample(NamedTuple):
     """One executed step: what it computed (the sim cost model's features) and what it took."""
@@ -135,18 +135,28 @@ class TorchExecutor:
             self.tables = HostBlockTables()
         self.cuda = self.device.type == "cuda"
         self.step_log: list[StepSample] = []
+        self.greedy_seqs: dict = {}  # request id -> its lineage-0 sequence (token check)
         self.generated_tokens = 0
         self.first_step_wall: float | None = None
         self.telemetry = None
         self.graphs: DecodeGraphs | None = None
         self.decode_path = self._decode_path(engine)
+        # start-up, before any timed step (vLLM's): every kernel shape compiled / autotuned,
+        # then the decode graphs captured
+        started = time.perf_counter()
+        self.warmup = warm_up(self, engine, max_model_len)
+        if self.decode_path == "cuda graphs":
+            width = (-(-max_model_len // self.block_size),) if self.paged else ()
+            captured = time.perf_counter()
+            self.graphs = DecodeGraphs(self.model, sizes=capture_sizes(engine.max_num_seqs),
+                                       index_shape=width, max_context_len=max_model_len,
+                                       attention_fn=self.attention.for_graph)
+            self.warmup["graph_capture_s"] = round(time.perf_counter() - captured, 3)
+            self.warmup["cuda_graphs"] = len(self.graphs.sizes)
+        self.warmup["seconds"] = round(time.perf_counter() - started, 3)
+        print(f"{system.name}: warm-up {self.warmup['seconds']:.2f} s before the timed run "
+              f"({warmup_summary(self.warmup)})", file=sys.stderr)
         if self.cuda:
-            self._warmup()
-            if self.decode_path == "cuda graphs":
-                width = (-(-max_model_len // self.block_size),) if self.paged else ()
-                self.graphs = DecodeGraphs(self.model, sizes=capture_sizes(engine.max_num_seqs),
-                                           index_shape=width, max_context_len=max_model_len,
-                                           attention_fn=self.attention.for_graph)
             if engine.telemetry_interval_s > 0:
                 from harness.run.nvml import NvmlSampler
 
@@ -380,6 +390,8 @@ class TorchExecutor:
         host_logits = None
         for i, seqs in enumerate(sample_seqs):
             for seq in seqs:
+                if seq.lineage == 0 and seq.group.request.beam_width == 1:  # greedy: the token check replays it
+                    self.greedy_seqs[seq.group.request.request_id] = seq
                 if self.sampling == "greedy" or seq.lineage == 0:
                     sampled[seq.seq_id] = greedy[i]
                     continue
@@ -389,43 +401,7 @@ class TorchExecutor:
                                                     seq.lineage, len(seq.generated))
         return sampled
 
-    # ----------------------------------------------------------------- warm-up and reports
-    def _warmup(self) -> None:
-        """Compile the Triton kernels and initialise cuBLAS before the first timed step."""
-        model = self.model
-        with torch.inference_mode():
-            hidden = model.forward(torch.zeros(8, dtype=torch.long, device=self.device),
-                                   torch.arange(8, device=self.device),
-                                   lambda _l, q, k, v: dense_causal_attention(q, k, v, 0))
-            model.logits(hidden[-1:])
-            k_cache, v_cache = self.k_caches[0], self.v_caches[0]
-            kv_heads, head_dim = self.spec.num_kv_heads, self.spec.head_dim
-            new = torch.zeros(1, kv_heads, head_dim, dtype=model.dtype, device=self.device)
-            write_kv_cache(new, new, k_cache, v_cache, torch.zeros(1, dtype=torch.int32, device=self.device),
-                           backend=self.backend)
-            if k_cache.shape[0] > 1:  # blocks (paged) or slots (contiguous forks)
-                copy_blocks([k_cache], [(0, 1)], backend=self.backend)
-            starts = torch.tensor([0, 8], dtype=torch.int32, device=self.device)
-            ends = torch.full((1,), 8, dtype=torch.int32, device=self.device)
-            q = torch.zeros(8, model.num_heads, head_dim, dtype=model.dtype, device=self.device)
-            index = (torch.zeros((1, 8), dtype=torch.int32, device=self.device) if self.paged
-                     else torch.zeros(1, dtype=torch.int32, device=self.device))
-            prefill_attention(q, k_cache, v_cache, index, starts, ends, max_query_len=8,
-                              sliding_window=model.window, backend=self.backend)
-            for num_seqs, length in ((1, 4096), (4, 512), (64, 1)):
-                q = torch.zeros(num_seqs, model.num_heads, head_dim, dtype=model.dtype, device=self.device)
-                lens = torch.full((num_seqs,), 1, dtype=torch.int32, device=self.device)
-                if self.paged:
-                    width = -(-length // self.block_size)
-                    tables = torch.zeros((num_seqs, width), dtype=torch.int32, device=self.device)
-                    paged_decode_attention(q, k_cache, v_cache, tables, lens, max_context_len=length,
-                                           backend=self.backend)
-                else:
-                    starts = torch.zeros(num_seqs, dtype=torch.int32, device=self.device)
-                    contiguous_decode_attention(q, k_cache, v_cache, starts, lens, max_context_len=length,
-                                                backend=self.backend)
-            torch.cuda.synchronize(self.device)
-
+    # ----------------------------------------------------------------- reports
     def report(self) -> dict:
         """Timing, CPU-side cost and telemetry summary of this executor's run (JSON-able)."""
         log = self.step_log
@@ -453,6 +429,11 @@ class TorchExecutor:
             "decode_step_ms": _stats(durations[decode_only] * 1e3),
             "host_prep_ms": _stats(host * 1e3),
             "host_prep_share_pct": round(100 * float(host.sum()) / total, 2) if total else None,
+            "warmup": self.warmup,
+            "slow_steps": self._slow_steps(durations),
+            # each request's greedy tokens: harness.engine.token_check replays them, then
+            # removes them from the report (results.json keeps its figures only)
+            "_tokens": {rid: list(seq.generated) for rid, seq in sorted(self.greedy_seqs.items())},
         }
         graph = np.asarray([s.cuda_graph for s in log], dtype=bool)
         if graph.any():  # decode steps by path: replayed graphs vs eager (prefill-free) steps
@@ -473,6 +454,19 @@ class TorchExecutor:
                            "note": ("telemetry disabled (engine.telemetry_interval_s=0)" if self.cuda
                                     else "no CUDA device: NVML telemetry not collected (CPU run)")}
         return out
+
+    def _slow_steps(self, durations: np.ndarray) -> dict:
+        """Timed steps slower than 2x their shape's median (``harness.metrics.slow_steps``),
+        said on the console too: a compilation or a stall inside the timed run."""
+        shapes = [step_shape(s.num_tokens, s.num_seqs, s.num_tokens - s.num_decode_seqs
+                             if s.num_prefill_chunks else 0) for s in self.step_log]
+        flagged = slow_steps(durations, shapes)
+        if flagged:
+            listed = ", ".join(f"{f['step']} ({f['phase']}, {f['ratio']}x)" for f in flagged[:8])
+            print(f"warning: {self.system.name}: {len(flagged)} timed steps took more than "
+                  f"{SLOW_FACTOR:g}x the median of their shape: step {listed}"
+                  + (" ..." if len(flagged) > 8 else ""), file=sys.stderr)
+        return {"factor": SLOW_FACTOR, "count": len(flagged), "steps": flagged[:50]}
 
     def telemetry_rows(self) -> list[dict]:
         """NVML samples of this run (empty without a GPU)."""

@@ -195,6 +195,9 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
                      + swap_fallback_warnings(results["systems"]))
     if engine.executor == "torch":
         _report_outputs(results)
+        from harness.engine.token_check import report_tokens
+
+        report_tokens(results, workload.requests, model, engine, seed)  # agreement, teacher-forced
     run_info["wall_time_s"] = round(time.perf_counter() - total_start, 3)
     if telemetry_rows:
         write_table(out_dir / "nvml_samples.csv", pd.DataFrame(telemetry_rows))

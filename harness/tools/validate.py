@@ -90,6 +90,8 @@ def sim_config(config: dict, results: dict, args: argparse.Namespace) -> dict:
         value = getattr(args, key)
         if value is not None:
             cost[key] = value
+    if args.host_profile is not None:  # named here: it wins over the hardware's measured one
+        cfg["hardware"]["host_profile"] = None
     cfg.update(report=False, progress=False, jobs=1)
     return cfg
 
