@@ -83,7 +83,8 @@ class TorchExecutor:
     name = "torch"
 
     def __init__(self, model_spec: ModelSpec, system: SystemSpec, manager, engine: EngineSpec, *,
-                 max_model_len: int, seed: int = 0, model: DecoderModel | None = None) -> None:
+                 max_model_len: int, seed: int = 0, model: DecoderModel | None = None,
+                 warm: bool = True) -> None:
         self.device = resolve_device(engine.device)
         if self.device.type == "cpu" and engine.cpu_threads is not None:
             set_cpu_threads(engine.cpu_threads)  # NOTE: process-wide
@@ -144,7 +145,9 @@ class TorchExecutor:
         # start-up, before any timed step (vLLM's): every kernel shape compiled / autotuned,
         # then the decode graphs captured
         started = time.perf_counter()
-        self.warmup = warm_up(self, engine, max_model_len)
+        # (warm=False: the caller warmed this process's kernels itself, as calibrate's
+        # untimed pass per grid point does; graphs are still captured)
+        self.warmup = warm_up(self, engine, max_model_len) if warm else {"skipped": True}
         if self.decode_path == "cuda graphs":
             width = (-(-max_model_len // self.block_size),) if self.paged else ()
             captured = time.perf_counter()
@@ -154,8 +157,9 @@ class TorchExecutor:
             self.warmup["graph_capture_s"] = round(time.perf_counter() - captured, 3)
             self.warmup["cuda_graphs"] = len(self.graphs.sizes)
         self.warmup["seconds"] = round(time.perf_counter() - started, 3)
-        print(f"{system.name}: warm-up {self.warmup['seconds']:.2f} s before the timed run "
-              f"({warmup_summary(self.warmup)})", file=sys.stderr)
+        if warm:
+            print(f"{system.name}: warm-up {self.warmup['seconds']:.2f} s before the timed run "
+                  f"({warmup_summary(self.warmup)})", file=sys.stderr)
         if self.cuda:
             if engine.telemetry_interval_s > 0:
                 from harness.run.nvml import NvmlSampler

@@ -80,7 +80,9 @@ def measure_point(model: ModelSpec, engine: EngineSpec, batch_size: int, context
     max_model_len = context_len + output_len
     manager = build_manager(system, engine.kv_capacity_slots, model, engine, max_model_len)
     scheduler = Scheduler(manager, engine, seed=seed)
-    executor = TorchExecutor(model, system, manager, engine, max_model_len=max_model_len, seed=seed)
+    # warm=False: calibrate runs an untimed pass of each point's own shapes instead
+    executor = TorchExecutor(model, system, manager, engine, max_model_len=max_model_len, seed=seed,
+                             warm=False)
     try:
         run = run_engine(tuple(requests), scheduler, executor, engine, max_model_len=max_model_len)
         if run.rejected:

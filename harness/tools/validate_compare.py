@@ -120,7 +120,7 @@ def compare_steps(predicted: pd.DataFrame, measured: pd.DataFrame) -> dict:
         keys = ["phase", "batch_bucket", "context_bucket"]
         m = step_buckets(measured).assign(s=measured["duration_s"].to_numpy()).groupby(keys)["s"].agg(["mean", "size"])
         p = step_buckets(predicted).assign(s=predicted["duration_s"].to_numpy()).groupby(keys)["s"].agg(["mean", "size"])
-        both = m.join(p, lsuffix="_m", rsuffix="_p", how="inner")
+        both = m.merge(p, left_index=True, right_index=True, suffixes=("_m", "_p"))
         for (phase, batch, context), r in both.iterrows():
             rows.append({"phase": phase, "batch_bucket": int(batch), "context_bucket": int(context),
                          "steps": int(r["size_m"]), "predicted_steps": int(r["size_p"]),
