@@ -76,3 +76,14 @@ def test_h200_yaml_holds_what_the_tool_fits_on_the_files_it_cites(tmp_path):
     assert host["components"]["rest"] == {"per_step_s": fit["fit"]["rest_per_step_s"],
                                           "per_seq_s": fit["fit"]["rest_per_seq_s"]}
     assert fit["fit"]["slow_steps_left_out"] == [1, 5]
+
+
+def test_the_h200_kernel_profile_is_the_committed_kernel_results_as_a_table(tmp_path):
+    from harness.engine.cost_profiles import _points_from_kernel_results, load_kernel_profile
+    from harness.tools.calibrate_runs import kernel_profile_yaml
+
+    shipped = load_kernel_profile("h200_event_timed")
+    assert shipped.points == _points_from_kernel_results(KERNELS)  # bit for bit
+    rewritten = kernel_profile_yaml(KERNELS, "h200_event_timed",
+                                    "benchmarks/gpu/2026-12-04-h200/call1/kernels/kernel_results.json")
+    assert rewritten == (ROOT / "conf" / "kernel_profile" / "h200_event_timed.yaml").read_text()

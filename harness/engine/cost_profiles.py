@@ -124,8 +124,6 @@ def load_kernel_profile(name: str, kernel_results: str | None = None) -> KernelP
     data = _read_yaml(path, "engine.cost.kernel_profile")
     if data.get("source") == "kernel_results":
         results = Path(kernel_results or data.get("path") or "kernel_results.json")
-        if not results.is_absolute() and not results.exists() and (CONF_DIR.parent / results).is_file():
-            results = CONF_DIR.parent / results  # a path in the repository (a committed run's)
         return KernelProfile(str(data.get("name", path.stem)), str(results),
                              _points_from_kernel_results(results))
     reference = data.get("reference_bandwidth_gbps")

@@ -126,6 +126,32 @@ def fit_compute_and_host(measured, sim, token_s: float, weights_s: float, prep: 
             "decode_error": summary(err[~prefill])}
 
 
+def kernel_profile_yaml(kernel_results: Path, name: str, cited: str) -> str:
+    """A kernel profile YAML holding the points of ``kernel_results`` (the same efficiencies
+    ``source: kernel_results`` reads, as a table), so that it travels with conf/."""
+    import yaml
+
+    from harness.engine.cost_profiles import _points_from_kernel_results
+
+    points = []
+    for p in _points_from_kernel_results(kernel_results):
+        point = {"layout": p.layout}
+        point.update({k: getattr(p, k) for k in ("block_size", "batch", "context_len", "gqa_group",
+                                                  "head_dim", "dtype") if getattr(p, k) is not None})
+        point["efficiency"] = p.efficiency
+        points.append(point)
+    header = [f"# {name}: the rows of {cited} as a table (written by",
+              f"#   python -m harness.tools.calibrate_runs ... --kernel-profile-out conf/kernel_profile/{name}.yaml).",
+              "# efficiency = paged_frac_copy_bw (or contiguous_frac_copy_bw): the achieved KV bandwidth",
+              "# over the copy bandwidth measured in the same run; bilinear in (batch, context) between",
+              "# points; the same numbers engine.cost.kernel_profile=measured reads from that file.",
+              "# A later (e.g. graph-timed) profile is selected by file the same way:",
+              "#   engine.cost.kernel_profile=PATH.yaml, or kernel_profile=measured kernel_results=PATH.json"]
+    body = yaml.safe_dump({"name": name, "points": points}, sort_keys=False, default_flow_style=None,
+                          width=120)
+    return "\n".join(header) + "\n" + body
+
+
 def main(argv: list[str] | None = None) -> int:
     import tempfile
 
@@ -145,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel-profile", default="measured",
                         help="decode attention's profile while fitting (default measured: --kernel-results)")
     parser.add_argument("--json", type=Path, default=None, help="also write the fit here")
+    parser.add_argument("--kernel-profile-out", type=Path, default=None,
+                        help="also write --kernel-results as a kernel profile YAML (a points table) here")
     args = parser.parse_args(argv)
     try:
         kernel = read_json(Path(args.kernel_results), "no such file")
@@ -174,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result, indent=1))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if args.kernel_profile_out:
+        args.kernel_profile_out.write_text(kernel_profile_yaml(
+            Path(args.kernel_results), args.kernel_profile_out.stem, args.kernel_results), encoding="utf-8")
     return 0
 
 

@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from harness import CONF_DIR
 
 
 def load_measured(run_dir: Path) -> tuple[dict, dict, dict]:
