@@ -121,6 +121,7 @@ def main(cfg: DictConfig) -> None:
         reasons = sorted({s.get("stop_reason", "") for s in results["systems"].values()} - {""})
         print(f"warning: results are incomplete ({'; '.join(reasons) or 'see results.json'})",
               file=sys.stderr)
+    return results  # a sweep's job returns them (the capacity search reads them)
 
 
 def check_config(cfg: DictConfig) -> Any:

@@ -21,6 +21,7 @@ from pagebench.reports.html import Raw, absent, esc, fmt, page, table
 from pagebench.reports.layer_groups import layer_group_parts
 from pagebench.reports.metrics import energy_per_token_j, waste_pct
 from pagebench.reports.offload_section import offload_table
+from pagebench.reports.serving_metrics import serving_metrics_section
 from pagebench.reports.rundata import RunData, load_run
 from pagebench.reports.telemetry import telemetry_figure
 
@@ -236,6 +237,7 @@ def _serving_section(run: RunData, colors: dict[str, str]) -> list[str | Pending
     header, rows = latency_rows(systems)
     parts.append("<h3>Latency (seconds; normalized = end-to-end / output tokens, s/token)</h3>")
     parts.append(table(header, rows, digits=4, css_id="latency-table"))
+    parts += serving_metrics_section(systems)
     finished = {n: f for n, f in run.requests.items() if (f["status"] == "finished").any()}
     if finished:
         parts.append(PendingFigure(

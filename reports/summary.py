@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pagebench.reports.metrics import waste_pct
+from pagebench.reports.serving_metrics import console_lines
 
 # Offered above served by more than this factor, and a drain time this much longer than the
 # trace's span: the queue grows through the whole trace (a stable system drains within a
@@ -115,6 +116,7 @@ def serving_summary_lines(results: dict) -> list[str]:
     """A serving run's summary: the system table, the offered load, the overload note."""
     systems = results.get("systems") or {}
     lines = ["summary:", *system_table(list(systems.items()))]
+    lines += console_lines(systems)
     workload = results.get("workload") or {}
     offered, span = _number(workload, "mean_rate_rps"), _number(workload, "arrival_span_s")
     if offered is not None and span is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.config.cli_args import check_seed
-from harness.config.specs import (GIB, MAX_KV_SLOTS, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
+from harness.config.specs import (GIB, MAX_KV_SLOTS, EngineSpec, HardwareSpec, ModelSpec, SloSpec, SystemSpec,
                             build_spec, select_systems, validate_block_size)
 from harness.engine.executors import check_cost_profiles
 from harness.errors import ConfigError
@@ -35,6 +35,7 @@ class RunSetup:
     seed: int
     max_model_len: int
     systems: list[SystemSpec]
+    slo: SloSpec = SloSpec()  # the latency targets goodput counts against
 
 
 def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
@@ -52,6 +53,7 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     hardware = build_spec(HardwareSpec, cfg["hardware"], "hardware")
     engine = build_spec(EngineSpec, cfg["engine"], "engine")
     block_size = validate_block_size(cfg["block_size"])
+    slo = build_spec(SloSpec, cfg.get("slo"), "slo")
     seed = check_seed(cfg["seed"])
     max_swap_gib = MAX_KV_SLOTS * model.bytes_per_slot / GIB
     if engine.swap_space_gib > max_swap_gib:  # (1e30 overflowed building the CPU pool)
@@ -75,7 +77,7 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     check_offload(engine, specs, model)  # engine.offload: paged + prefix cache, sim, >= 1 block
     check_run_fits(parse_workload(cfg["workload"])[1])  # 10^9 requests: refused, not OOM-killed
     check_cost_profiles(engine, specs, model, hardware)  # the profile files, read and checked
-    return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs)
+    return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs, slo)
 
 
 def check_systems_for_model(systems: list[SystemSpec], model: ModelSpec) -> None:

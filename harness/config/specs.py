@@ -41,7 +41,7 @@ __all__ = ["ARCHITECTURES", "DTYPE_BYTES", "FRACTION", "GIB", "KV_DTYPE_BYTES", 
            "NON_NEGATIVE", "POSITIVE", "ROPE_SCALING_TYPES", "RUN_MODES", "SYSTEM_NAME",
            "TORCH_ARCHITECTURES", "ConfigError", "CostSpec", "EngineSpec", "FittedCostSpec",
            "HardwareSpec", "LayerGroup", "LinearAttentionSpec", "MlaSpec", "ModelSpec", "MoeSpec",
-           "RopeScaling", "SystemSpec", "_NESTED", "_field_default", "_is_int", "_require",
+           "RopeScaling", "SloSpec", "SystemSpec", "_NESTED", "_field_default", "_is_int", "_require",
            "_require_bool", "_require_int", "_require_number", "_require_str", "_uses_block_size",
            "_with_options", "attention_kv_values", "build_spec", "check_run_options",
            "did_you_mean", "kv_capacity_slots", "layer_groups", "layer_params", "select_systems",
@@ -142,6 +142,39 @@ class SystemSpec:
     def label(self) -> str:
         from pagebench.allocators.registry import MANAGERS
         return MANAGERS[self.kind].label(self)
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """The service-level objective a run's goodput counts against (``slo`` in the config;
+    ``harness.metrics.latency``), and the latency percentiles results.json reports.
+
+    A request is good when it finished and meets every target set: TTFT, TPOT (its mean
+    time per output token after the first; not applied to a one-token output, as in
+    vLLM's ``--goodput``) and E2E latency, each in milliseconds; null = no target.
+    """
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+    percentiles: tuple[float, ...] = (50, 90, 99)
+
+    @property
+    def targets_ms(self) -> dict[str, float]:
+        """The targets set, by metric name (ttft, tpot, e2el), in milliseconds."""
+        return {name: value for name, value in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms),
+                                                ("e2el", self.e2el_ms)) if value is not None}
+
+    def validate(self, where: str) -> None:
+        _require_number(self, where, "ttft_ms", "tpot_ms", "e2el_ms", rule=POSITIVE,
+                        optional=True, hint=" (milliseconds; null = no target)")
+        values = self.percentiles
+        _require(isinstance(values, (list, tuple)) and len(values) > 0
+                 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                         and 0 < v <= 100 for v in values),
+                 f"{where}.percentiles",
+                 f"must be a non-empty list of numbers in (0, 100], e.g. [50, 90, 99], got {values!r}")
+        object.__setattr__(self, "percentiles", tuple(values))
 
 
 _NESTED[("EngineSpec", "cost")] = CostSpec

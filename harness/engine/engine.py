@@ -147,6 +147,7 @@ def _run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: E
                 break
             now = max(now, requests[next_arrival].arrival_time)
             continue
+        scheduler.step_start = now
         plan = scheduler.schedule()
         if plan.is_empty:
             if next_arrival < num_requests and not scheduler.running:
@@ -170,6 +171,8 @@ def _run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: E
         finished = scheduler.postprocess(plan, now, sampled)
         for group in finished:
             recorder.record_request(_request_row(group.request, group, "finished"))
+            if group.token_breaks:
+                recorder.token_breaks[group.request.request_id] = group.token_breaks
             token_digests[group.request.request_id] = _tokens_digest(group)
             groups.pop(group.request.request_id, None)
             finished_count += 1
@@ -186,6 +189,8 @@ def _run_engine(requests: tuple[Request, ...], scheduler: Scheduler, executor: E
                 now = advanced.now
                 for group in advanced.finished:
                     recorder.record_request(_request_row(group.request, group, "finished"))
+                    if group.token_breaks:
+                        recorder.token_breaks[group.request.request_id] = group.token_breaks
                     token_digests[group.request.request_id] = _tokens_digest(group)
                     groups.pop(group.request.request_id, None)
                     finished_count += 1

@@ -61,6 +61,9 @@ class Scheduler:
         self.swap_fallbacks = {"multi_sequence_group": 0, "cpu_swap_space_full": 0}
         self._maps_pages = manager.capabilities.maps_pages
         self._pages_seen = (0, 0)  # (mapped, unmapped) pages counted into earlier plans
+        # The simulated time the next schedule()'s step starts at (the engine sets it): a
+        # group that produces no token in that step records it (SequenceGroup.token_breaks)
+        self.step_start = 0.0
 
     # ------------------------------------------------------------------ queues
     def add(self, group: SequenceGroup) -> None:
@@ -181,6 +184,7 @@ class Scheduler:
             remaining = seq.num_tokens - seq.num_computed
             count = min(remaining, self._budget) if chunked else remaining
             if count <= 0 or count > self._budget:
+                self._break_tokens(group)
                 continue  # token budget spent: this sequence waits a step
             start = seq.num_computed
             copies = self.manager.append(seq.seq_id, seq.token_ids(start, start + count))
@@ -189,6 +193,22 @@ class Scheduler:
             plan.copies.extend(copies)
             self._add_chunk(plan, ScheduledChunk(seq, start, start + count))
         return True
+
+    def _break_tokens(self, group: SequenceGroup) -> None:
+        """Record that ``group`` produces no token in the step being scheduled (it is
+        preempted, or waits for the token budget): ``SequenceGroup.token_breaks``. Only
+        single-sequence groups that have generated tokens, once per token count (a break
+        with no token since the last one adds nothing)."""
+        if group.width != 1 or not group.seqs:
+            return
+        count = len(group.seqs[0].generated)
+        if not count:
+            return
+        breaks = group.token_breaks
+        if breaks is None:
+            group.token_breaks = [(self.step_start, count)]
+        elif breaks[-1][1] != count:
+            breaks.append((self.step_start, count))
 
     def _add_chunk(self, plan: StepPlan, chunk: ScheduledChunk) -> None:
         plan.add_chunk(chunk)
@@ -204,6 +224,7 @@ class Scheduler:
 
     def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
         """Evict ``group`` from the running set: swap it out, or free it for recompute."""
+        self._break_tokens(group)
         self._unschedule(group, plan)
         self.running.remove(group)
         self.num_running_seqs -= len(group.seqs)

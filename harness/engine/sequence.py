@@ -92,7 +92,7 @@ class SequenceGroup:
     """A request in flight: one sequence, or several for parallel sampling / beams."""
 
     __slots__ = ("request", "width", "seqs", "first_token_time", "finish_time",
-                 "num_preemptions", "num_swaps", "cached_tokens", "next_lineage")
+                 "num_preemptions", "num_swaps", "cached_tokens", "next_lineage", "token_breaks")
 
     def __init__(self, request: Request) -> None:
         self.request = request
@@ -105,6 +105,12 @@ class SequenceGroup:
         self.num_swaps = 0
         self.cached_tokens = 0
         self.next_lineage = 0
+        # (step start time, tokens generated) at each step in which this single-sequence
+        # group, having generated tokens, produced none (preempted, or waiting a step for
+        # the token budget); None while there is none. Between two of them (and after the
+        # last) its tokens came one per step, in consecutive steps: with the step table
+        # they give every token's time (harness.metrics.latency.inter_token_latencies).
+        self.token_breaks: list[tuple[float, int]] | None = None
 
     @property
     def order(self) -> int:

@@ -13,6 +13,11 @@ SYSTEM_PATHS = (
     "throughput.requests_per_s", "throughput.output_tokens_per_s",
     "latency.ttft_s.p50", "latency.ttft_s.p99", "latency.tpot_s.p50", "latency.e2e_s.p50",
     "latency.e2e_s.p99", "latency.normalized_s_per_token.p50",
+    # vLLM-named serving figures (harness.metrics.latency; percentiles as slo.percentiles
+    # sets them, goodput only with an SLO set): absent or null ones are not gated
+    "serving.median_ttft_ms", "serving.p99_ttft_ms", "serving.mean_tpot_ms",
+    "serving.median_itl_ms", "serving.p99_itl_ms", "serving.p99_e2el_ms",
+    "serving.request_goodput", "serving.slo_attainment",
 )
 RATIO_PATHS = ("throughput.output_tokens_per_s", "latency.e2e_s.p50")
 # kernel_results.json (python -m harness run=kernels): within-run ratios per sweep point.
@@ -51,7 +56,7 @@ def extract_metrics(results: dict) -> dict[str, Any]:
     for name, summary in systems.items():
         for path in SYSTEM_PATHS:
             value = _get(summary, path)
-            if value is not _ABSENT:
+            if value is not _ABSENT and not (value is None and path.startswith("serving.")):
                 out[f"{name}.{path}"] = value
     kinds = {name: _get(s, "allocator.kind") for name, s in systems.items()}
     for a, kind_a in kinds.items():

@@ -38,6 +38,8 @@ class Rule:
 
 _MEM = "deterministic on sim; percent of capacity, step-weighted (results round to 1e-4)"
 _SIMTIME = "simulated time on sim (deterministic); depends on the machine when measured"
+_SIMTIME_MS = ("milliseconds of simulated time on sim (deterministic; results round to 1e-6 ms): "
+               "a microsecond's change fails")
 _RATIO = "paged vs contiguous measured in the same run: machine speed cancels"
 
 #: The gate's rules, first match wins. Edit a copy with --show-rules / --rules.
@@ -71,6 +73,11 @@ RULES: tuple[Rule, ...] = (
     Rule("*.latency.e2e_s.p50", "lower", rel_tol=1e-4, why=_SIMTIME),
     Rule("*.latency.e2e_s.p99", "lower", rel_tol=1e-4, why=_SIMTIME),
     Rule("*.latency.normalized_s_per_token.p50", "lower", rel_tol=1e-4, why=_SIMTIME),
+    Rule("*.serving.*_ms", "lower", abs_tol=1e-3, noise_band=0.10, why=_SIMTIME_MS),
+    Rule("*.serving.request_goodput", "higher", abs_tol=1e-6, noise_band=0.10,
+         why="good requests per second of simulated time (deterministic on sim)"),
+    Rule("*.serving.slo_attainment", "higher", abs_tol=1e-6, noise_band=0.05,
+         why="share of requests within the SLO (deterministic on sim; results round to 1e-6)"),
 )
 
 

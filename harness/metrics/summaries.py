@@ -45,6 +45,9 @@ class RunRecorder:
     # Each step's ``MemoryBreakdown.group_blocks`` (a hybrid manager's blocks per layer kind;
     # nothing for the others): columns ``layer_group<i>_blocks`` of the step table
     group_blocks: list[tuple[int, ...]] = field(default_factory=list)
+    # request id -> its SequenceGroup.token_breaks (only finished requests that had some):
+    # with the step table they give every output token's time (harness.metrics.latency)
+    token_breaks: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
     # NOTE: each column's bound ``append``, in STEP_COLUMNS order: ``record_step`` runs once
     # per scheduled step (the columns are appended in place, never replaced)
     _appends: list = field(init=False, repr=False, compare=False)

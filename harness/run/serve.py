@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 
 from harness import __version__
-from harness.config.specs import (EngineSpec, HardwareSpec, ModelSpec, SystemSpec, check_run_options,
+from harness.config.specs import (EngineSpec, HardwareSpec, ModelSpec, SloSpec, SystemSpec, check_run_options,
                             kv_capacity_slots, wants_report)
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
 from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
+from harness.metrics.latency import serving_metrics
 from harness.metrics.summaries import layer_group_summary, memory_summary, serving_summary
 from harness.config.offload import offload_figures, offload_summary
 from harness.run.processes import fork_is_safe, forking, usable_cpus, worker_pool
@@ -47,7 +48,8 @@ if TYPE_CHECKING:
     from harness.workloads import Workload
 
 TOP_LEVEL_KEYS = {"workload", "model", "hardware", "engine", "allocator", "run", "block_size",
-                  "seed", "systems", "progress", "jobs", "report", "kernel_bench", "experiment"}
+                  "seed", "systems", "progress", "jobs", "report", "kernel_bench", "experiment",
+                  "slo"}
 # How often the parent looks for Ctrl-C while worker processes run.
 _POLL_S = 0.2
 
@@ -84,6 +86,7 @@ class RunContext:
     max_model_len: int
     seed: int
     out_dir: Path
+    slo: SloSpec = SloSpec()
 
 
 @dataclass
@@ -135,7 +138,8 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     check_block_sizes(systems, capacity)
 
     workload = build_workload(cfg.workload, seed=seed, max_model_len=max_model_len)
-    context = RunContext(workload, model, hardware, engine, capacity, max_model_len, seed, out_dir)
+    context = RunContext(workload, model, hardware, engine, capacity, max_model_len, seed, out_dir,
+                         setup.slo)
     show_progress = bool(cfg.get("progress", True))
     print(f"pagebench {__version__}: workload={workload.name} ({len(workload.requests)} requests) "
           f"model={model.name} hardware={hardware.name} executor={engine.executor} capacity={capacity} slots "
@@ -393,7 +397,8 @@ def _run_system(system: SystemSpec, context: RunContext, show_progress: bool,
     steps, requests = run.recorder.step_table(), run.recorder.request_table()
     write_table(c.out_dir / f"steps_{system.name}.csv", steps)
     write_table(c.out_dir / f"requests_{system.name}.csv", requests)
-    return SystemOutcome(system, _system_summary(system, run, steps, requests, c.model), len(steps),
+    return SystemOutcome(system, _system_summary(system, run, steps, requests, c.model, c.slo),
+                         len(steps),
                          run.wall_time_s, run.telemetry_rows)
 
 
@@ -457,10 +462,12 @@ def _workload_notes(rows: dict, max_model_len: int) -> list[str]:
 
 
 def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
-                    requests: pd.DataFrame, model: ModelSpec) -> dict:
-    """The system's entry in results.json, from its run and its step and request tables."""
+                    requests: pd.DataFrame, model: ModelSpec, slo: SloSpec = SloSpec()) -> dict:
+    """The system's entry in results.json, from its run and its step and request tables;
+    ``serving``: vLLM's serving figures and goodput at ``slo`` (harness.metrics.latency)."""
     scheduler = run.scheduler
     serving = serving_summary(steps, requests)
+    serving["serving"] = serving_metrics(steps, requests, slo, run.recorder.token_breaks)
     manager = scheduler.manager
     manager_capacity = manager.capacity_slots
     grouped = manager.capabilities.layer_groups

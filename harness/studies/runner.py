@@ -130,7 +130,7 @@ def run_job(job: Job) -> dict:
         run.recorder.add_columns(executor.phase_columns())
         run.cost_model = executor.cost_report()
     steps = run.recorder.step_table()
-    summary = _system_summary(system, run, steps, run.recorder.request_table(), model)
+    summary = _system_summary(system, run, steps, run.recorder.request_table(), model, setup.slo)
     duration = steps["duration_s"].to_numpy(dtype=float)
     total = float(duration.sum()) or 1.0
     waiting = steps["num_waiting"].to_numpy() > 0

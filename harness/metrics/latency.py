@@ -1,0 +1,169 @@
+"""Serving latency as ``vllm bench serve`` reports it, and goodput at an SLO.
+
+Per finished request: TTFT (first token - arrival), TPOT ((E2E - TTFT) / (n - 1), for
+outputs of n > 1 tokens), E2EL (finish - arrival); per output token after the first,
+ITL (the gap between a request's consecutive output tokens: its TPOT is their mean).
+Each as ``mean_/median_/std_/p<P>_<metric>_ms`` (vLLM's ``calculate_metrics`` names; P
+from ``slo.percentiles``, ``p99.9`` for a fractional one).
+
+Goodput (DistServe; vLLM's ``--goodput ttft:MS tpot:MS e2el:MS``): a finished request is
+good when it meets every target set; a one-token output counts as TPOT 0 (the TPOT
+target does not apply to it). ``request_goodput`` = good requests per second of the run
+(its makespan, as ``request_throughput``); ``slo_attainment`` = good requests / all
+requests of the workload (a rejected or unfinished request never meets its SLO).
+
+Token times in the simulator: a request's tokens come at the ends of the steps that
+produce them. A running single-sequence request produces one token in every step
+except those ``SequenceGroup.token_breaks`` records (preempted, or waiting for the token
+budget), so its last token of each stretch is at the end of the step before the break
+and the stretch's tokens are in the steps just before it (the last stretch ends at its
+finish). ``inter_token_latencies`` rebuilds every token's step from that, exactly.
+Requests of several sequences (parallel sampling, beams) have no single token stream:
+they are left out of the ITL figures (their TPOT and E2EL count).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def _step_of(ends: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The index of the step that ends at each of ``times`` (every one a step's end)."""
+    index = np.searchsorted(ends, times)
+    if len(times) and (index.max() >= len(ends) or not np.array_equal(ends[index], times)):
+        raise RuntimeError("a token time is not the end of a recorded step")  # invariant
+    return index
+
+
+def token_steps(ends: np.ndarray, first_s: float, finish_s: float, output_len: int,
+                breaks: Iterable[tuple[float, int]]) -> np.ndarray:
+    """The steps (indices into ``ends``, each step's end time) in which one request
+    produced its ``output_len`` tokens, given its first token and finish times and its
+    ``token_breaks``: [output_len] int64, ascending."""
+    runs = []
+    done = 0
+    for start_s, count in breaks:
+        if count > done:  # tokens done .. count - 1, in the steps up to the break's
+            last = int(_step_of(ends, np.array([start_s]))[0])
+            runs.append(np.arange(last - (count - done) + 1, last + 1))
+            done = count
+    last = int(_step_of(ends, np.array([finish_s]))[0])
+    runs.append(np.arange(last - (output_len - done) + 1, last + 1))
+    steps = np.concatenate(runs)
+    first = int(_step_of(ends, np.array([first_s]))[0])
+    if steps[0] != first or (len(steps) > 1 and np.diff(steps).min() < 1):
+        raise RuntimeError("token breaks disagree with the first token's step")  # invariant
+    return steps
+
+
+def inter_token_latencies(steps: pd.DataFrame, requests: pd.DataFrame,
+                          token_breaks: Mapping[int, list] | None = None) -> np.ndarray:
+    """Every gap between consecutive output tokens of the finished single-sequence
+    requests, in seconds, request by request in table order: [sum of (n - 1)] float64."""
+    done = requests[(requests["status"] == "finished") & (requests["num_seqs"] == 1)]
+    if not len(done) or not len(steps):
+        return np.zeros(0)
+    ends = steps["time_s"].to_numpy(dtype=float) + steps["duration_s"].to_numpy(dtype=float)
+    token_breaks = token_breaks or {}
+    ids = done["request_id"].to_numpy()
+    lengths = done["output_len"].to_numpy(dtype=np.int64)
+    last = _step_of(ends, done["finish_s"].to_numpy(dtype=float))
+    first = _step_of(ends, done["first_token_s"].to_numpy(dtype=float))
+    broken = np.fromiter((int(i) in token_breaks for i in ids), bool, len(ids))
+    # unbroken requests: tokens in the steps first .. last, one each
+    plain = ~broken
+    if not np.array_equal(last[plain] - first[plain], lengths[plain] - 1):
+        raise RuntimeError("a request's tokens are not one per step")  # invariant
+    gaps = []
+    for i in range(len(ids)):
+        if broken[i]:
+            row = done.iloc[i]
+            token_at = ends[token_steps(ends, float(row["first_token_s"]), float(row["finish_s"]),
+                                        int(lengths[i]), token_breaks[int(ids[i])])]
+        else:
+            token_at = ends[first[i]:last[i] + 1]
+        gaps.append(np.diff(token_at))
+    return np.concatenate(gaps) if gaps else np.zeros(0)
+
+
+def _percentile_name(p: float) -> str:
+    """vLLM's key: ``p99`` for 99, ``p99.9`` for 99.9."""
+    return f"p{int(p)}" if int(p) == p else f"p{p}"
+
+
+def _stats_ms(name: str, seconds: np.ndarray, percentiles: Iterable[float]) -> dict:
+    values = np.asarray(seconds, dtype=float) * 1000.0
+    if not len(values):
+        out = {f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None}
+        out.update({f"{_percentile_name(p)}_{name}_ms": None for p in percentiles})
+        return out
+    out = {f"mean_{name}_ms": round(float(values.mean()), 6),
+           f"median_{name}_ms": round(float(np.median(values)), 6),
+           f"std_{name}_ms": round(float(values.std()), 6)}
+    out.update({f"{_percentile_name(p)}_{name}_ms": round(float(np.percentile(values, p)), 6)
+                for p in percentiles})
+    return out
+
+
+def request_latencies(requests: pd.DataFrame) -> dict[str, np.ndarray]:
+    """TTFT, TPOT (0 for a one-token output, as vLLM counts it for goodput) and E2EL of
+    every finished request, in seconds, in table order: each [finished] float64."""
+    done = requests[requests["status"] == "finished"]
+    arrival = done["arrival_s"].to_numpy(dtype=float)
+    first = done["first_token_s"].to_numpy(dtype=float)
+    finish = done["finish_s"].to_numpy(dtype=float)
+    n = done["output_len"].to_numpy(dtype=float)
+    ttft = first - arrival
+    e2el = finish - arrival
+    tpot = np.zeros(len(done))
+    multi = n > 1
+    tpot[multi] = (e2el[multi] - ttft[multi]) / (n[multi] - 1)
+    return {"ttft": ttft, "tpot": tpot, "e2el": e2el, "multi_token": multi}
+
+
+def good_requests(latencies: Mapping[str, np.ndarray], targets_ms: Mapping[str, float]) -> np.ndarray:
+    """Which finished requests meet every target of ``targets_ms`` (ttft, tpot, e2el in
+    milliseconds; vLLM: latency <= target): [finished] bool."""
+    good = np.ones(len(latencies["ttft"]), dtype=bool)
+    for name, target in targets_ms.items():
+        good &= latencies[name] <= target / 1000.0
+    return good
+
+
+def serving_metrics(steps: pd.DataFrame, requests: pd.DataFrame, slo,
+                    token_breaks: Mapping[int, list] | None = None) -> dict:
+    """results.json's ``serving`` entry of one system: vLLM's serving benchmark figures
+    under its names, and goodput and SLO attainment at ``slo`` (a ``SloSpec``)."""
+    done = requests[requests["status"] == "finished"]
+    latencies = request_latencies(requests)
+    duration = float(done["finish_s"].max()) if len(done) else 0.0
+    out_tokens = float((done["output_len"] * done["num_seqs"]).sum())
+    in_tokens = float(done["prompt_len"].sum())
+
+    def per_s(count: float) -> float | None:
+        return round(count / duration, 6) if duration > 0 else None
+
+    out: dict = {"completed": int(len(done)), "duration_s": round(duration, 6),
+                 "request_throughput": per_s(len(done)),
+                 "output_throughput": per_s(out_tokens),
+                 "total_token_throughput": per_s(in_tokens + out_tokens)}
+    percentiles = slo.percentiles
+    out.update(_stats_ms("ttft", latencies["ttft"], percentiles))
+    out.update(_stats_ms("tpot", latencies["tpot"][latencies["multi_token"]], percentiles))
+    out.update(_stats_ms("itl", inter_token_latencies(steps, requests, token_breaks), percentiles))
+    out.update(_stats_ms("e2el", latencies["e2el"], percentiles))
+    targets = slo.targets_ms
+    if targets:
+        good = int(good_requests(latencies, targets).sum())
+        total = len(requests)
+        out.update({"good_completed": good, "request_goodput": per_s(good) if duration > 0 else 0.0,
+                    "slo_attainment": round(good / total, 6) if total else None})
+    else:
+        out.update({"good_completed": None, "request_goodput": None, "slo_attainment": None})
+    out["slo"] = {f"{name}_ms": value for name, value in targets.items()}
+    return out

@@ -1,0 +1,1 @@
+"""pagebench's Hydra sweeper: the capacity search (capacity_sweeper.CapacitySweeper)."""

@@ -1,0 +1,138 @@
+"""vLLM-named serving figures, ITL from token breaks, goodput and SLO attainment
+(harness.metrics.latency) on hand-built step and request tables, and the slo config."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.config.specs import SloSpec, build_spec
+from harness.errors import ConfigError
+from harness.metrics.latency import inter_token_latencies, serving_metrics
+from harness.metrics.summaries import REQUEST_COLUMNS
+
+
+def steps_of(durations: list[float], start: float = 0.0) -> pd.DataFrame:
+    """Back-to-back steps from ``start`` (the engine's clock: start += duration)."""
+    times, now = [], start
+    for d in durations:
+        times.append(now)
+        now += d
+    return pd.DataFrame({"time_s": times, "duration_s": durations})
+
+
+def request(rid: int, arrival: float, first: float | None, finish: float | None, out: int,
+            status: str = "finished", seqs: int = 1) -> tuple:
+    return (rid, f"r{rid}", arrival, first, finish, 100, out, seqs, 0, 0, 0, status)
+
+
+def table(*rows: tuple) -> pd.DataFrame:
+    return pd.DataFrame(list(rows), columns=list(REQUEST_COLUMNS))
+
+
+# steps of 0.5, 1, 1, 2, 0.5, 1 s: ends at 0.5, 1.5, 2.5, 4.5, 5.0, 6.0
+STEPS = steps_of([0.5, 1.0, 1.0, 2.0, 0.5, 1.0])
+
+
+def test_itl_of_an_unbroken_request_is_each_steps_duration():
+    # first token at the end of step 0 (0.5 s), then one per step up to step 3 (4.5 s)
+    reqs = table(request(0, 0.0, 0.5, 4.5, 4))
+    assert inter_token_latencies(STEPS, reqs).tolist() == [1.0, 1.0, 2.0]
+
+
+def test_itl_across_a_break_spans_the_steps_without_a_token():
+    # tokens at steps 0 and 1 (0.5, 1.5 s); preempted at step 2 (starts at 1.5 s) with 2
+    # tokens; back at step 4 (5.0 s) and step 5 (6.0 s): 4 tokens
+    reqs = table(request(7, 0.0, 0.5, 6.0, 4))
+    gaps = inter_token_latencies(STEPS, reqs, {7: [(1.5, 2)]})
+    assert gaps.tolist() == [1.0, 5.0 - 1.5, 1.0]
+    # two breaks with no token between them add nothing: the same gaps
+    again = inter_token_latencies(STEPS, reqs, {7: [(1.5, 2), (2.5, 2)]})
+    assert again.tolist() == gaps.tolist()
+
+
+def test_itl_leaves_out_unfinished_and_multi_sequence_requests():
+    reqs = table(request(0, 0.0, 0.5, 2.5, 3), request(1, 0.0, 0.5, 2.5, 3, seqs=2),
+                 request(2, 0.0, None, None, 3, status="rejected"))
+    assert inter_token_latencies(STEPS, reqs).tolist() == [1.0, 1.0]
+
+
+def test_breaks_that_disagree_with_the_steps_are_an_invariant_error():
+    reqs = table(request(0, 0.0, 0.5, 6.0, 3))  # 3 tokens cannot span steps 0 .. 5
+    with pytest.raises(RuntimeError):
+        inter_token_latencies(STEPS, reqs)
+
+
+def hand_table() -> pd.DataFrame:
+    """Four finished requests, one rejected, one unfinished (seconds):
+
+    id  arrival first  finish out  TTFT   E2EL   TPOT
+    0   0.0     0.25   1.5    11   0.25   1.5    0.125
+    1   0.0     0.625  0.625  1    0.625  0.625  - (one token)
+    2   1.0     1.5    3.5    5    0.5    2.5    0.5
+    3   2.0     2.125  4.0    16   0.125  2.0    0.125
+    (binary fractions: the comparisons with the targets are exact)
+    """
+    return table(request(0, 0.0, 0.25, 1.5, 11), request(1, 0.0, 0.625, 0.625, 1),
+                 request(2, 1.0, 1.5, 3.5, 5), request(3, 2.0, 2.125, 4.0, 16),
+                 request(4, 0.5, None, None, 8, status="rejected"),
+                 request(5, 3.0, None, None, 8, status="unfinished"))
+
+
+def figures(slo: SloSpec) -> dict:
+    # no ITL here (no step table): the request-level figures only
+    return serving_metrics(pd.DataFrame({"time_s": [], "duration_s": []}), hand_table(), slo)
+
+
+def test_vllm_named_figures_on_a_hand_built_table():
+    out = figures(SloSpec(percentiles=(50, 99.9)))
+    assert out["completed"] == 4 and out["duration_s"] == 4.0
+    assert out["request_throughput"] == 1.0
+    assert out["output_throughput"] == (11 + 1 + 5 + 16) / 4.0
+    assert out["mean_ttft_ms"] == (250 + 625 + 500 + 125) / 4
+    assert out["median_ttft_ms"] == 375.0  # between 250 and 500
+    assert out["p50_ttft_ms"] == out["median_ttft_ms"]
+    assert "p99.9_ttft_ms" in out and "p99_ttft_ms" not in out
+    assert out["mean_tpot_ms"] == pytest.approx((125 + 500 + 125) / 3)  # one-token output left out
+    assert out["mean_e2el_ms"] == (1500 + 625 + 2500 + 2000) / 4
+    assert out["mean_itl_ms"] is None  # no steps: no token times
+    assert out["request_goodput"] is None and out["slo_attainment"] is None  # no SLO set
+
+
+@pytest.mark.parametrize("slo, good", [
+    (SloSpec(ttft_ms=500), 3),                    # 0.25, 0.5, 0.125 <= 0.5 s; 0.625 misses
+    (SloSpec(ttft_ms=500, tpot_ms=125), 2),       # and TPOT <= 0.125 s: request 2 misses
+    (SloSpec(tpot_ms=125), 3),                    # the one-token output meets any TPOT
+    (SloSpec(e2el_ms=2000), 3),                   # 2.5 s misses; 2.0 s is within
+    (SloSpec(ttft_ms=125, tpot_ms=125, e2el_ms=2000), 1),  # request 3 only
+])
+def test_goodput_counts_finished_requests_within_every_target(slo, good):
+    out = figures(slo)
+    assert out["good_completed"] == good
+    assert out["request_goodput"] == pytest.approx(good / 4.0)   # per second of the run
+    assert out["slo_attainment"] == round(good / 6.0, 6)   # of all six requests
+
+
+def test_itl_mean_per_request_is_its_tpot():
+    reqs = table(request(0, 0.0, 0.5, 4.5, 4))
+    out = serving_metrics(STEPS, reqs, SloSpec())
+    assert out["mean_itl_ms"] == pytest.approx(out["mean_tpot_ms"]) == pytest.approx(4000 / 3)
+    assert out["p50_itl_ms"] == pytest.approx(1000.0)
+
+
+@pytest.mark.parametrize("node, key", [
+    ({"ttft_ms": -1}, "slo.ttft_ms"), ({"tpot_ms": "fast"}, "slo.tpot_ms"),
+    ({"e2el_ms": float("nan")}, "slo.e2el_ms"), ({"percentiles": [50, 101]}, "slo.percentiles"),
+    ({"percentiles": []}, "slo.percentiles"), ({"ttft": 5}, "slo.ttft"),
+])
+def test_bad_slo_values_are_one_line_errors_naming_the_key(node, key):
+    with pytest.raises(ConfigError) as err:
+        build_spec(SloSpec, node, "slo")
+    assert str(err.value).startswith(f"{key}:") and "\n" not in str(err.value)
+
+
+def test_slo_targets_are_the_ones_set():
+    spec = build_spec(SloSpec, {"ttft_ms": 500, "tpot_ms": None, "percentiles": [90]}, "slo")
+    assert spec.targets_ms == {"ttft": 500} and spec.percentiles == (90,)
+    assert np.isclose(SloSpec().percentiles, (50, 90, 99)).all()
