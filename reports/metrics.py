@@ -94,6 +94,13 @@ HEADLINE_METRICS: tuple[Metric, ...] = (
            "serving"),
     Metric("e2e_p99_s", "end-to-end latency p99 (s)", lambda s: _get(s, "latency", "e2e_s", "p99"),
            "serving"),
+    # vLLM-named figures (results.json ``serving``); goodput and attainment with an SLO set
+    Metric("itl_p99_ms", "ITL p99 (ms)", lambda s: _get(s, "serving", "p99_itl_ms"), "serving"),
+    Metric("request_goodput", "goodput at the SLO (requests/s)",
+           lambda s: _get(s, "serving", "request_goodput"), "serving"),
+    Metric("slo_attainment_pct", "SLO attainment (% of requests)",
+           lambda s: None if _get(s, "serving", "slo_attainment") is None
+           else 100.0 * _get(s, "serving", "slo_attainment"), "serving"),
     Metric("normalized_latency_s_per_token", "normalized latency, mean (s/token)",
            lambda s: _get(s, "latency", "normalized_s_per_token", "mean"), "serving"),
     Metric("preemptions", "preemptions (count)", lambda s: _get(s, "preemptions"), "serving"),

@@ -136,3 +136,56 @@ def test_slo_targets_are_the_ones_set():
     spec = build_spec(SloSpec, {"ttft_ms": 500, "tpot_ms": None, "percentiles": [90]}, "slo")
     assert spec.targets_ms == {"ttft": 500} and spec.percentiles == (90,)
     assert np.isclose(SloSpec().percentiles, (50, 90, 99)).all()
+
+
+# --- ITL from the engine's token breaks against every token's time, observed -----------
+
+from engine_helpers import engine_spec, make_requests, paged  # noqa: E402
+from engine_helpers import run as run_engine_on  # noqa: E402
+
+
+def observed_gaps(requests, system, spec) -> tuple[np.ndarray, np.ndarray]:
+    """(ITL from the run's tables and token breaks, ITL from each token's time as a spy on
+    ``Scheduler.postprocess`` sees it), both in request order."""
+    from harness.engine import scheduler as scheduler_module
+
+    times: dict[int, list[float]] = {}
+    original = scheduler_module.Scheduler.postprocess
+
+    def spy(self, plan, now, sampled=None):
+        before = {g: len(g.seqs[0].generated) for g in self.running if len(g.seqs) == 1}
+        finished = original(self, plan, now, sampled)
+        for group, count in before.items():
+            if len(group.seqs[0].generated) > count:
+                times.setdefault(group.request.request_id, []).append(now)
+        return finished
+
+    scheduler_module.Scheduler.postprocess = spy
+    try:
+        result = run_engine_on(requests, system, spec)
+    finally:
+        scheduler_module.Scheduler.postprocess = original
+    steps, reqs = result.recorder.step_table(), result.recorder.request_table()
+    derived = inter_token_latencies(steps, reqs, result.recorder.token_breaks)
+    truth = np.concatenate([np.diff(times[int(i)]) for i in reqs["request_id"]
+                            if int(i) in times])
+    return derived, truth, result
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(kv_capacity_slots=512),                                     # recompute preemptions
+    dict(kv_capacity_slots=512, preemption="swap"),                  # swaps
+    dict(chunked_prefill=True, max_num_batched_tokens=40, max_num_seqs=64),  # budget waits
+])
+def test_itl_from_token_breaks_is_every_tokens_gap_exactly(overrides):
+    requests = make_requests([(60 + 7 * i, 20 + 3 * i) for i in range(12)], gap=0.002)
+    spec = engine_spec(fast_forward=False, **overrides)
+    derived, truth, result = observed_gaps(requests, paged(16), spec)
+    assert result.recorder.token_breaks  # the case has breaks (else it tests nothing)
+    assert len(derived) == sum(r.output_len - 1 for r in requests)
+    assert np.array_equal(np.sort(derived), np.sort(truth))  # (order: see the docstring)
+    # fast-forwarded decode spans (no break inside one) give the same gaps
+    fast = run_engine_on(requests, paged(16), engine_spec(fast_forward=True, **overrides))
+    fast_gaps = inter_token_latencies(fast.recorder.step_table(), fast.recorder.request_table(),
+                                      fast.recorder.token_breaks)
+    assert np.array_equal(np.sort(fast_gaps), np.sort(truth))

@@ -64,31 +64,35 @@ def token_steps(ends: np.ndarray, first_s: float, finish_s: float, output_len: i
 def inter_token_latencies(steps: pd.DataFrame, requests: pd.DataFrame,
                           token_breaks: Mapping[int, list] | None = None) -> np.ndarray:
     """Every gap between consecutive output tokens of the finished single-sequence
-    requests, in seconds, request by request in table order: [sum of (n - 1)] float64."""
+    requests, in seconds: [sum of (n - 1)] float64 (the requests without token breaks
+    first, in table order, then the others)."""
     done = requests[(requests["status"] == "finished") & (requests["num_seqs"] == 1)]
     if not len(done) or not len(steps):
         return np.zeros(0)
     ends = steps["time_s"].to_numpy(dtype=float) + steps["duration_s"].to_numpy(dtype=float)
+    gap_after = np.diff(ends)  # [steps - 1]: gap_after[j] = ends[j + 1] - ends[j]
     token_breaks = token_breaks or {}
     ids = done["request_id"].to_numpy()
     lengths = done["output_len"].to_numpy(dtype=np.int64)
     last = _step_of(ends, done["finish_s"].to_numpy(dtype=float))
     first = _step_of(ends, done["first_token_s"].to_numpy(dtype=float))
-    broken = np.fromiter((int(i) in token_breaks for i in ids), bool, len(ids))
-    # unbroken requests: tokens in the steps first .. last, one each
-    plain = ~broken
-    if not np.array_equal(last[plain] - first[plain], lengths[plain] - 1):
+    broken = (np.isin(ids, np.fromiter(token_breaks, dtype=ids.dtype, count=len(token_breaks)))
+              if token_breaks else np.zeros(len(ids), dtype=bool))
+    # the others: one token per step from first to last, so their gaps are
+    # gap_after[first .. last - 1], gathered in one index array
+    plain_first, plain_last = first[~broken], last[~broken]
+    counts = plain_last - plain_first
+    if not np.array_equal(counts, lengths[~broken] - 1):
         raise RuntimeError("a request's tokens are not one per step")  # invariant
-    gaps = []
-    for i in range(len(ids)):
-        if broken[i]:
-            row = done.iloc[i]
-            token_at = ends[token_steps(ends, float(row["first_token_s"]), float(row["finish_s"]),
-                                        int(lengths[i]), token_breaks[int(ids[i])])]
-        else:
-            token_at = ends[first[i]:last[i] + 1]
+    offsets = np.cumsum(counts) - counts  # where each request's gaps start in the output
+    index = np.repeat(plain_first - offsets, counts) + np.arange(int(counts.sum()))
+    gaps = [gap_after[index]]
+    for i in np.flatnonzero(broken):
+        row = done.iloc[i]
+        token_at = ends[token_steps(ends, float(row["first_token_s"]), float(row["finish_s"]),
+                                    int(lengths[i]), token_breaks[int(ids[i])])]
         gaps.append(np.diff(token_at))
-    return np.concatenate(gaps) if gaps else np.zeros(0)
+    return np.concatenate(gaps)
 
 
 def _percentile_name(p: float) -> str:
@@ -97,16 +101,18 @@ def _percentile_name(p: float) -> str:
 
 
 def _stats_ms(name: str, seconds: np.ndarray, percentiles: Iterable[float]) -> dict:
+    """mean, median, std and each percentile (numpy's linear interpolation, as vLLM) of
+    ``seconds`` in milliseconds, under vLLM's keys; None when there are none."""
+    percentiles = list(percentiles)
+    keys = [f"{_percentile_name(p)}_{name}_ms" for p in percentiles]
+    if not len(seconds):
+        return dict.fromkeys([f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms", *keys])
     values = np.asarray(seconds, dtype=float) * 1000.0
-    if not len(values):
-        out = {f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None}
-        out.update({f"{_percentile_name(p)}_{name}_ms": None for p in percentiles})
-        return out
+    at = np.percentile(values, [50, *percentiles])
     out = {f"mean_{name}_ms": round(float(values.mean()), 6),
-           f"median_{name}_ms": round(float(np.median(values)), 6),
+           f"median_{name}_ms": round(float(at[0]), 6),
            f"std_{name}_ms": round(float(values.std()), 6)}
-    out.update({f"{_percentile_name(p)}_{name}_ms": round(float(np.percentile(values, p)), 6)
-                for p in percentiles})
+    out.update((key, round(float(v), 6)) for key, v in zip(keys, at[1:]))
     return out
 
 
