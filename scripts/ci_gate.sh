@@ -17,8 +17,11 @@ mkdir -p "$OUT"
 
 # The smoke sweep: 2 workloads x 2 block sizes, 64 requests each, a small KV pool so that
 # preemption and external fragmentation occur. Change it only together with --update.
+# slo.ttft_ms: a target inside the smoke's TTFT range, so that goodput and SLO attainment
+# are gated too (a gate fixture, not a claim about any system).
 SMOKE=(workload=docqa,sharegpt_like block_size=8,32 workload.num_requests=64
-       workload.arrival.rate=8 engine.kv_capacity_slots=4096 seed=0 progress=false)
+       workload.arrival.rate=8 engine.kv_capacity_slots=4096 seed=0 progress=false
+       slo.ttft_ms=30000)
 
 update=0
 for arg in "$@"; do [[ "$arg" == "--update" ]] && update=1; done
