@@ -4,6 +4,8 @@
     python -m pagebench.reports multirun/2026-11-30/12-00-00       # a sweep: sweep_report.html
                                                          # (and each job's report.html)
     python -m pagebench.reports outputs/.../vllm_fig2              # a paper study (study.json)
+    python -m pagebench.reports multirun/capacity/...              # a capacity search:
+                                                         # capacity_report.html (capacity.json)
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if is_run_dir(path):
                 print(render_run_report(path))
+                continue
+            if (path / "capacity.json").exists():
+                from harness.fileio import read_json
+                from pagebench.reports.capacity_section import render_capacity_report
+
+                print(render_capacity_report(path, read_json(path / "capacity.json")))
                 continue
             if (path / ".hydra" / "overrides.yaml").exists():  # a run that wrote no results
                 reason = failure_reason(path) or "it failed, or is still running"

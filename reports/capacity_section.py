@@ -42,7 +42,7 @@ def goodput_figure(capacity: dict):
         good_ax.set_ylabel("goodput (req/s)")
         share_ax.set_ylabel("SLO attainment (%)")
         good_ax.set_title(f"Goodput ({label})", fontsize=9)
-        share_ax.set_title(f"SLO attainment; dashed: target; lines: capacity ({label})", fontsize=9)
+        share_ax.set_title(f"SLO attainment ({label})", fontsize=9)
         good_ax.legend(fontsize=7)
     return fig
 
@@ -60,7 +60,9 @@ def render_capacity_report(sweep_dir: Path | str, capacity: dict) -> Path:
              f"rounds, {capacity['wall_time_s']:.0f} s.</p>"]
     parts += [f"<p class='note'>{esc(line)}</p>" for line in capacity["headline"]]
     parts.append(figure(to_data_uri(goodput_figure(capacity)), "goodput against rate",
-                        "Every probe is a full simulated run (its directory is in capacity.json)."))
+                        "Every probe is a full simulated run (its directory is in capacity.json). Right: the "
+                        "dashed line is the target attainment, each vertical line a system's "
+                        "capacity (its highest passing rate)."))
     rows = [[s["system"], _label(s["point"]), s["capacity_rps"], s["lowest_failing_rps"],
              len(s["probes"]), s["stop_reason"]] for s in capacity["searches"]]
     parts.append(table(["system", "point", "capacity (req/s)", "lowest failing (req/s)",

@@ -145,6 +145,11 @@ class CapacitySweeper(Sweeper):
                 search.record(Probe(rate, serving.get("slo_attainment"),
                                     serving.get("request_goodput"),
                                     serving.get("request_throughput"), run_dir))
+                requests = summary.get("requests") or {}
+                if requests.get("rejected") and not requests.get("finished") \
+                        and not requests.get("unfinished"):  # at any rate: nothing to search
+                    reasons = ", ".join(summary.get("rejected_reasons") or {}) or "see results.json"
+                    search.stop_reason = f"it rejects every request ({reasons})"
             print(f"capacity search: round {rounds}: {len(batch)} probes "
                   f"({time.perf_counter() - started:.0f} s elapsed)", file=sys.stderr, flush=True)
             _write(sweep_dir, capacity_result(searches, s, kinds, slo,
@@ -170,8 +175,7 @@ def _probe_results(ret) -> tuple[dict, str]:
     """A probe's results.json content and its run directory. A probe that returned no
     results (skipped: the directory held them already; or it served nothing, which the
     run reports as an error after writing them) is read from its directory."""
-    run_dir = str(ret.hydra_cfg.hydra.runtime.output_dir) if "hydra" in ret.hydra_cfg \
-        else str(ret.hydra_cfg.runtime.output_dir)
+    run_dir = str(ret.hydra_cfg.hydra.runtime.output_dir)  # (the job's hydra node, under "hydra")
     if ret.status == JobStatus.COMPLETED and isinstance(ret.return_value, dict) \
             and "systems" in ret.return_value:
         return ret.return_value, run_dir
