@@ -91,6 +91,8 @@ def test_pyproject_lists_every_package_folder():
     listed = set(tool["packages"])
     expected = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "harness").rglob("__init__.py")}
     expected |= {f"pagebench.{folder}" for folder in LIBRARIES} | {"harness.conf"}
+    # Hydra finds sweepers only in its ``hydra_plugins`` namespace (experiment=capacity's)
+    expected |= {"hydra_plugins.pagebench_capacity"}
     assert listed == expected
     assert tool["package-dir"] == {**{f"pagebench.{f}": f for f in LIBRARIES}, "harness.conf": "conf"}
 
@@ -107,10 +109,12 @@ def wheel(tmp_path_factory) -> Path:
     return wheel
 
 
-def test_the_wheel_puts_only_harness_and_pagebench_into_site_packages(wheel):
+def test_the_wheel_puts_only_its_own_import_names_into_site_packages(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert top == {"harness", "pagebench"}
+    # hydra_plugins is Hydra's plugin namespace (no __init__.py: shared with Hydra's launchers)
+    assert top == {"harness", "pagebench", "hydra_plugins"}
+    assert not any(n.startswith("hydra_plugins/__init__") for n in names)
     for module in ("pagebench/kernels/paged_decode.py", "pagebench/allocators/registry.py",
                    "pagebench/reports/claims.yaml", "harness/run/serve.py", "harness/__main__.py",
                    "harness/conf/config.yaml", "harness/conf/workload/docqa.yaml"):
