@@ -150,7 +150,7 @@ def _header(spec: KernelBenchSpec, device: torch.device, visits: list[Visit], co
         "method": {
             "timing": ("triton.testing.do_bench median (L2 cleared between runs)" if device.type == "cuda"
                        else f"CPU timings: median of {spec.cpu_repeats} timed calls after one warm-up"),
-            "paged_impl": ("triton (autotuned unless tile_size / num_stages are set)" if device.type == "cuda"
+            "paged_impl": ("triton (decode_plan.select_config: one fixed config per shape, no autotuning)" if device.type == "cuda"
                            else "torch reference (CPU execution path)"),
             "bytes": "K and V read once + q + out; block tables not counted",
             "copy_bandwidth": f"dst.copy_(src) of {copy_bytes} bytes, (read + write) / time",

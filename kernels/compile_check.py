@@ -186,9 +186,10 @@ CASES: dict[str, Callable[[], object]] = {
                                           alibi_slopes=torch.ones(32)),
     "d256-mqa": _decode_case(num_heads=16, num_kv_heads=1, head_dim=256),
     "fp32-gqa": _decode_case(dtype=torch.float32),
+    "fp32-d256-mqa": _decode_case(num_heads=16, num_kv_heads=1, head_dim=256, dtype=torch.float32),
     "cache-write-and-copy": _cache_case,
     "read-bandwidth-probe": _read_probe_case,
-    # the other autotuning configs (the first is the default, compiled by every case above)
+    # the other configs a caller may fix (the first is the default, compiled by every case above)
     **{f"mha-13b-bs16-tile{c.tile_n}-w{c.num_warps}-s{c.num_stages}":
        _decode_case(num_heads=40, num_kv_heads=40, tile_size=c.tile_n, num_warps=c.num_warps,
                     num_stages=c.num_stages) for c in DECODE_CONFIGS[1:]},

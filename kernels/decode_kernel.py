@@ -1,8 +1,9 @@
 """The Triton decode-attention kernel shared by the paged and contiguous wrappers.
 
 ``_decode_kernel`` runs one program per (sequence, KV head [, chunk of its query heads],
-split); a constexpr ``PAGED`` picks how token ``j`` becomes a cache row: through the block
-table (``table[j // block_size] * block_size + j % block_size``) or ``start + j``.
+split), with the KV head's query heads as the rows of its ``tl.dot`` operand, so K/V is
+read once per query group; a constexpr ``PAGED`` picks how token ``j`` becomes a cache
+row: through the block table (``table[j // block_size] * block_size + j % block_size``) or ``start + j``.
 Everything else -- tiles, softmax, split-K -- is the same code, which makes the pair a
 controlled experiment for the cost of the indirection. See ``pagebench.kernels.paged_decode`` for
 the algorithm and ``pagebench.kernels.decode_plan`` for the launch configuration.
@@ -23,8 +24,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-from pagebench.kernels.decode_plan import autotuned
 
 
 @triton.jit
@@ -195,10 +194,6 @@ def _decode_kernel(
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # context_len == 0 -> zeros
         tl.store(out_ptr + seq.to(tl.int64) * stride_os + heads[:, None] * stride_oh + offs_d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=qd_mask)
-
-
-# On CUDA with no tile / warps / stages given: the same kernel, autotuned (decode_plan).
-_decode_kernel_tuned = autotuned(_decode_kernel)
 
 
 @triton.jit

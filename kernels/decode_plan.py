@@ -1,7 +1,14 @@
 """How a decode-attention call is cut into programs: split-K, tiles, warps, pipeline depth.
 
 Shared by ``pagebench.kernels.paged_decode`` and ``pagebench.kernels.contiguous_decode`` (one launch plan for
-both, so their timings differ only by the block table).
+both, so their timings differ only by the block table). Every choice here is a pure
+function of the call's sizes and the device's SM count: the same call always launches the
+same programs (no autotuning on the first call, no timing inside a timed run).
+
+Grid: one program per (sequence, KV head [, chunk of its query group], split). A program
+holds all query heads of its KV head as the rows of one ``tl.dot`` operand (padded to 16
+rows), so each K/V tile is read from memory once per query group -- GQA reads a quarter
+(llama-3-8b: 32 query heads on 8 KV heads) of what one program per query head would.
 
 Split-K (``choose_num_splits``) counts waves. A GPU runs ``SMs x resident CTAs per SM``
 programs at once (one wave); ``P`` programs of equal work take ``ceil(P / slots)`` waves, so a grid that
@@ -11,37 +18,40 @@ longest context) plus a fixed ``num_stages - 1`` tiles per program (the pipeline
 the first K/V loads of a program overlap no compute):
 time ~ ``ceil(P * s / slots) * (ceil(tiles / s) + num_stages - 1)``. The heuristic takes
 the ``s`` that minimises it, the smallest on a tie (each split adds a partial write and a
-reduction), with no split shorter than ``MIN_TOKENS_PER_SPLIT`` tokens and at most
-``MAX_SPLITS``.
+reduction), with no split shorter than one tile and at most ``MAX_SPLITS``. At batch 1-8
+this fills the SMs: llama-3-8b at batch 1, context 1024 has 8 (sequence, KV head) programs
+of 16 tiles; 16 splits of one tile make 128 programs on the H200's 132 SMs, where the
+former floor of 256 tokens per split allowed 4 (32 programs, a quarter of the SMs).
 
 Resident CTAs per SM come from ``resident_ctas_per_sm`` on the default config's
 registers and shared memory, as ``python -m pagebench.kernels.compile_check`` reports them for
 sm_90 (``SM90_DECODE_CTAS_PER_SM``; tests/test_kernel_compile.py recomputes it from the
 compiled kernel, so the constant cannot drift from the code).
 
-Tile, warps and pipeline depth: on CUDA ``triton.autotune`` picks one of ``DECODE_CONFIGS``
-per (head dim, block size, query group, layout, split, dtype) on the first call of that
-shape and reuses it; an explicit ``tile_size`` / ``num_stages`` / ``num_warps`` fixes the
-config instead (the rest from ``DEFAULT_CONFIG``). The interpreter always runs a fixed
-config (autotuning needs CUDA timings).
+Tile, warps and pipeline depth: ``DEFAULT_CONFIG`` (tile 64, 4 warps, 3 stages) unless the
+caller fixes them. It is the config Triton's autotuner picked at 164 of the 168 points of
+the first H200 run (benchmarks/gpu/2026-12-04-h200, call1/kernels/kernel_results.json,
+``paged_config``); the other 4 were t32/w4/s4 at MHA batch 8 and 64, context 1024, where
+both configs measured 0.322-0.325 ms at batch 64. (The autotuner also gave the
+contiguous control t128/w8/s2 for MHA while the paged kernel ran t64/w4/s3: the pair was not
+the same kernel; a fixed config makes it one again.) Head dims above 128
+take 32-token tiles (the d256 tiles stay in registers); a config whose K/V pipeline would
+not fit in shared memory (fp32 at head_dim 256) falls back to ``FALLBACK_CONFIG``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-import triton
+from functools import lru_cache
 
 from pagebench.kernels import _runtime as rt
 
-MIN_TOKENS_PER_SPLIT = 256
 MAX_SPLITS = 64
 
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """One point of the autotuning space of the decode kernel."""
+    """Tile, warps and pipeline depth of one decode launch."""
 
     tile_n: int  # key tokens per loop iteration
     num_warps: int
@@ -51,16 +61,17 @@ class KernelConfig:
         return {"tile_n": self.tile_n, "num_warps": self.num_warps, "num_stages": self.num_stages}
 
 
-# Small on purpose: every config of every tuned shape is compiled and timed once (see the
-# budget in benchmarks/gpu/README.md). The first is the default (the untuned kernel).
+# The configs a caller may fix (tile_size / num_warps / num_stages); every one is compiled
+# for sm_90 by compile_check and tested against the reference. The first is the default.
 DECODE_CONFIGS = (
     KernelConfig(64, 4, 3),
     KernelConfig(32, 4, 4),
     KernelConfig(128, 8, 2),
 )
 DEFAULT_CONFIG = DECODE_CONFIGS[0]
+FALLBACK_CONFIG = KernelConfig(16, 4, 2)  # fp32 at head_dim 256: 2 x 16 x 256 x 4 B in flight
 # Bytes of K/V pipeline buffers a config may use (H100/H200: 227 KB of shared memory per
-# block, NVIDIA Hopper tuning guide); configs above it are pruned before tuning.
+# block, NVIDIA Hopper tuning guide); an unfixed default above it takes FALLBACK_CONFIG.
 MAX_PIPELINE_BYTES = 160 * 1024
 
 # sm_90 limits (CUDA C programming guide, compute capability 9.0): 65536 registers,
@@ -88,7 +99,7 @@ def choose_num_splits(num_seqs: int, kv_programs: int, max_context: int, sms: in
         return 1
     slots = sms * ctas_per_sm
     fill = config.num_stages - 1
-    most = max(1, min(MAX_SPLITS, max_context // MIN_TOKENS_PER_SPLIT))
+    most = max(1, min(MAX_SPLITS, tiles))
     best, best_cost = 1, None
     for splits in range(1, most + 1):
         cost = -(-programs * splits // slots) * (-(-tiles // splits) + fill)
@@ -102,60 +113,45 @@ class LaunchPlan:
     """How a decode call is cut into programs (shared by the paged and contiguous kernels)."""
 
     head_dim_pad: int  # head_dim rounded up to a power of two (>= 16)
-    block_m: int  # query-head rows per program (>= 16 for tl.dot)
-    head_chunks: int  # programs per KV head along its query group
+    block_m: int  # query-head rows per program: the whole query group, >= 16 for tl.dot
+    head_chunks: int  # programs per KV head along its query group (1 unless the group > 64 rows)
     num_splits: int  # split-K factor (1 = no second kernel)
-    config: KernelConfig | None  # None: autotuned on CUDA (DECODE_CONFIGS)
+    config: KernelConfig
+
+    def grid(self, num_seqs: int, num_kv_heads: int) -> tuple[int, int, int]:
+        """Programs per axis: (sequences, KV heads x chunks, splits); K/V is read once per program."""
+        return (num_seqs, num_kv_heads * self.head_chunks, self.num_splits)
 
 
-def fixed_config(tile_size: int | None, num_stages: int | None, num_warps: int | None) -> KernelConfig:
-    return KernelConfig(tile_size or DEFAULT_CONFIG.tile_n, num_warps or DEFAULT_CONFIG.num_warps,
-                        num_stages or DEFAULT_CONFIG.num_stages)
+def pipeline_bytes(config: KernelConfig, head_dim_pad: int, itemsize: int) -> int:
+    """Shared memory of a config's K/V pipeline: ``num_stages - 1`` K and V tiles in flight."""
+    return max(1, config.num_stages - 1) * 2 * config.tile_n * head_dim_pad * itemsize
 
 
+def select_config(head_dim_pad: int, itemsize: int, tile_size: int | None = None, num_stages: int | None = None,
+                  num_warps: int | None = None) -> KernelConfig:
+    """The config of a launch: the caller's values, the rest from ``DEFAULT_CONFIG`` (32-token
+    tiles above head_dim 128); ``FALLBACK_CONFIG`` when an unfixed default would overflow
+    ``MAX_PIPELINE_BYTES``. Deterministic: a function of its arguments only."""
+    config = KernelConfig(tile_size or (DEFAULT_CONFIG.tile_n if head_dim_pad <= 128 else 32),
+                          num_warps or DEFAULT_CONFIG.num_warps, num_stages or DEFAULT_CONFIG.num_stages)
+    fixed = tile_size is not None or num_stages is not None
+    if not fixed and pipeline_bytes(config, head_dim_pad, itemsize) > MAX_PIPELINE_BYTES:
+        return KernelConfig(FALLBACK_CONFIG.tile_n, num_warps or FALLBACK_CONFIG.num_warps, FALLBACK_CONFIG.num_stages)
+    return config
+
+
+@lru_cache(maxsize=4096)
 def launch_plan(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: int, *, max_context: int,
-                device: torch.device, num_splits: int | None = None, tile_size: int | None = None,
+                sms: int, itemsize: int = 2, num_splits: int | None = None, tile_size: int | None = None,
                 num_stages: int | None = None, num_warps: int | None = None) -> LaunchPlan:
-    """The launch configuration a decode call with these sizes uses (see module docstring)."""
+    """The launch configuration a decode call with these sizes uses on a device with ``sms``
+    streaming multiprocessors (``rt.num_sms``; 1 on CPU). See the module docstring."""
     group = num_heads // num_kv_heads
     head_dim_pad = max(16, rt.next_pow2(head_dim))
     block_m = max(16, min(rt.next_pow2(group), 64 if head_dim_pad <= 128 else 32))
     head_chunks = -(-group // block_m)
-    tuned = device.type == "cuda" and tile_size is None and num_stages is None and num_warps is None
-    config = None if tuned else fixed_config(tile_size, num_stages, num_warps)
-    if head_dim_pad > 128 and config is not None and tile_size is None:
-        config = KernelConfig(32, config.num_warps, config.num_stages)  # keeps d256 tiles in registers
+    config = select_config(head_dim_pad, itemsize, tile_size, num_stages, num_warps)
     if num_splits is None:
-        num_splits = choose_num_splits(num_seqs, num_kv_heads * head_chunks, max_context, rt.num_sms(device))
+        num_splits = choose_num_splits(num_seqs, num_kv_heads * head_chunks, max_context, sms, config=config)
     return LaunchPlan(head_dim_pad, block_m, head_chunks, num_splits, config)
-
-
-def prune_configs(configs, named_args, **kwargs):
-    """Autotuner hook: drop configs whose K/V pipeline buffers would not fit in shared memory
-    (``num_stages - 1`` K and V tiles in flight: compile_check's shared-memory figures)."""
-    elt = named_args["q_ptr"].element_size()
-    d = kwargs.get("HEAD_DIM_PAD", named_args.get("HEAD_DIM_PAD"))
-    kept = [c for c in configs
-            if max(1, c.num_stages - 1) * 2 * c.kwargs["TILE_N"] * d * elt <= MAX_PIPELINE_BYTES]
-    return kept or [triton.Config({"TILE_N": 16}, num_warps=4, num_stages=2)]  # fp32 at head_dim 256
-
-
-def autotuned(kernel):
-    """``kernel`` under ``triton.autotune`` over ``DECODE_CONFIGS`` (short timing windows)."""
-    import triton.testing
-
-    return triton.autotune(
-        configs=[triton.Config({"TILE_N": c.tile_n}, num_warps=c.num_warps, num_stages=c.num_stages)
-                 for c in DECODE_CONFIGS],
-        key=["HEAD_DIM", "BLOCK_SIZE", "QUERY_GROUP", "PAGED", "SPLIT", "USE_WINDOW"],
-        prune_configs_by={"early_config_prune": prune_configs},
-        do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles),
-    )(kernel)
-
-
-def chosen_config(tuner) -> dict | None:
-    """The config the autotuned kernel ran last (None before its first call)."""
-    best = getattr(tuner, "best_config", None)
-    if best is None:
-        return None
-    return KernelConfig(best.kwargs["TILE_N"], best.num_warps, best.num_stages).as_dict()

@@ -19,7 +19,7 @@ Algorithm, per program = (sequence, KV head [, chunk of its query heads], split)
   tile (padded to >= 16 rows for ``tl.dot``), so every K/V tile is loaded once for the
   whole group (MHA: group 1, MQA: group = num_heads). Groups larger than BLOCK_M (64, or
   32 at head_dim 256) are split in chunks that each re-read K/V.
-* Keys are walked in tiles of ``TILE_N`` tokens (autotuned on CUDA, see
+* Keys are walked in tiles of ``TILE_N`` tokens (a fixed config, see
   ``pagebench.kernels.decode_plan``); the block ids are loaded once per block and a tile ahead, full
   tiles run unmasked and the last partial tile is peeled (``pagebench.kernels.decode_kernel``).
 * Online softmax in fp32 with exp2 (scale folded with log2 e); ``p`` is cast to the V
@@ -31,8 +31,8 @@ Algorithm, per program = (sequence, KV head [, chunk of its query heads], split)
   heads per program).
 
 Split heuristic (``pagebench.kernels.decode_plan.choose_num_splits``): the split count that minimises
-the wave-quantised time on ``SMs x resident CTAs per SM`` slots, no split shorter than 256
-tokens, at most 64. The context bound is ``max_blocks * block_size`` (known on the host
+the wave-quantised time on ``SMs x resident CTAs per SM`` slots, no split shorter than one
+tile, at most 64. The context bound is ``max_blocks * block_size`` (known on the host
 without a device sync) unless ``max_context_len=`` is given. ``num_splits=`` forces a value
 (tests, benchmarks).
 
@@ -49,8 +49,8 @@ import torch
 import triton
 
 from pagebench.kernels import _runtime as rt
-from pagebench.kernels.decode_kernel import _decode_kernel, _decode_kernel_tuned, _reduce_splits_kernel
-from pagebench.kernels.decode_plan import chosen_config, launch_plan
+from pagebench.kernels.decode_kernel import _decode_kernel, _reduce_splits_kernel
+from pagebench.kernels.decode_plan import launch_plan
 from pagebench.kernels.reference import paged_decode_attention_reference
 
 MAX_HEAD_DIM = 256
@@ -63,8 +63,8 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
                   num_stages: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """Launch the shared kernel (and the split reduction). Inputs are already validated.
 
-    With no tile / stages / warps given, CUDA runs the autotuned kernel (``decode_plan``);
-    ``last_kernel_config()`` then says which config it chose.
+    Tile / stages / warps not given come from ``decode_plan.select_config`` (the same on every
+    call: no autotuning); ``last_kernel_config()`` says which config ran.
 
     ``k_cache``/``v_cache`` strides: paged [block, token, head, dim]; contiguous
     [slot, head, dim] -- the contiguous layout passes stride 0 for the token-in-block axis.
@@ -72,8 +72,9 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[-2]
     device = q.device
-    plan = launch_plan(num_seqs, num_heads, num_kv_heads, head_dim, max_context=max_context, device=device,
-                       num_splits=num_splits, tile_size=tile_size, num_stages=num_stages, num_warps=num_warps)
+    plan = launch_plan(num_seqs, num_heads, num_kv_heads, head_dim, max_context=max_context, sms=rt.num_sms(device),
+                       itemsize=q.element_size(), num_splits=num_splits, tile_size=tile_size,
+                       num_stages=num_stages, num_warps=num_warps)
     head_dim_pad, num_splits = plan.head_dim_pad, plan.num_splits
     if num_seqs == 0:
         return out
@@ -95,15 +96,8 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
         stride_kb, stride_kt, stride_kh = k_cache.stride(0), 0, k_cache.stride(1)
         stride_vb, stride_vt, stride_vh = v_cache.stride(0), 0, v_cache.stride(1)
         stride_index = 0
-    grid = (num_seqs, num_kv_heads * plan.head_chunks, num_splits)
     global _LAST_CONFIG
-    if plan.config is None:
-        kernel, config = _decode_kernel_tuned, {}
-    else:
-        kernel = _decode_kernel
-        config = {"TILE_N": plan.config.tile_n, "num_warps": plan.config.num_warps,
-                  "num_stages": plan.config.num_stages}
-    kernel[grid](
+    _decode_kernel[plan.grid(num_seqs, num_kv_heads)](
         out, q, k_cache, v_cache, index, context_lens,
         alibi_slopes if alibi_slopes is not None else q,
         part_out, part_m, part_l,
@@ -117,9 +111,9 @@ def decode_launch(q, k_cache, v_cache, index, context_lens, out, *, paged: bool,
         USE_ALIBI=alibi_slopes is not None, SPLIT=split,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or dot_upcast else "tf32", DOT_UPCAST=dot_upcast,
         ROW_ALIGN=math.gcd(stride_kb, stride_kt, stride_vb, stride_vt, 16) or 16,
-        **config,
+        TILE_N=plan.config.tile_n, num_warps=plan.config.num_warps, num_stages=plan.config.num_stages,
     )
-    _LAST_CONFIG = chosen_config(kernel) if plan.config is None else plan.config.as_dict()
+    _LAST_CONFIG = plan.config.as_dict()
     if split:
         block_h = min(rt.next_pow2(num_heads), 16)
         _reduce_splits_kernel[(num_seqs, triton.cdiv(num_heads, block_h))](
@@ -228,9 +222,8 @@ def paged_decode_attention(
             ``max_blocks * block_size`` (no device sync).
         tile_size: tokens per key tile (power of two, 16..256).
         num_stages: software-pipeline depth of the key loop (Triton ``num_stages``).
-        num_warps: warps per program. With none of tile_size / num_stages / num_warps given,
-            CUDA autotunes them (``pagebench.kernels.decode_plan``); otherwise the ones not given are
-            64 tokens (32 at head_dim > 128), 3 stages, 4 warps.
+        num_warps: warps per program. The ones not given are 64 tokens (32 at head_dim >
+            128), 3 stages, 4 warps (``pagebench.kernels.decode_plan.select_config``).
         out: optional output buffer shaped like ``q``.
         backend: "auto" | "triton" | "torch", see ``pagebench.kernels._runtime``.
 
