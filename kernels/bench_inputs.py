@@ -58,7 +58,14 @@ def make_paged_layout(inputs: DecodeInputs, block_size: int, order: str, gen: to
     return scatter(inputs.k_contig), scatter(inputs.v_contig), tables
 
 
-def sdpa_call(inputs: DecodeInputs, head: HeadConfig):
+# SDPA's CUDA backends, each timed on its own (torch.nn.attention.SDPBackend names)
+SDPA_BACKENDS = ("cudnn", "flash", "efficient")
+
+
+def sdpa_call(inputs: DecodeInputs, head: HeadConfig, backend: str | None = None):
+    """SDPA over the contiguous cache; ``backend`` forces one of ``SDPA_BACKENDS`` (None: torch's
+    dispatch). A backend that cannot run the shape (e.g. memory-efficient attention with
+    ``enable_gqa``) raises when called: the benchmark records it as unsupported."""
     batch = inputs.q.shape[0]
     context = inputs.k_contig.shape[0] // batch
     q = inputs.q.unsqueeze(2)  # [batch, heads, 1, head_dim]
@@ -66,25 +73,40 @@ def sdpa_call(inputs: DecodeInputs, head: HeadConfig):
     v = inputs.v_contig.view(batch, context, head.num_kv_heads, head.head_dim).transpose(1, 2)
     gqa = head.num_heads != head.num_kv_heads
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    return lambda: sdpa(q, k, v, enable_gqa=gqa)
+    if backend is None:
+        return lambda: sdpa(q, k, v, enable_gqa=gqa)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    which = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
+
+    def run():
+        with sdpa_kernel(which):
+            return sdpa(q, k, v, enable_gqa=gqa)
+
+    return run
 
 
 _FLEX_COMPILED = None
 
 
-def flex_call(inputs: DecodeInputs, head: HeadConfig, k_paged, v_paged, tables, block_size: int):
-    """flex_attention over the paged cache: logical block mask converted through the table."""
+def flex_call(inputs: DecodeInputs, head: HeadConfig, k_paged, v_paged, tables, block_size: int,
+              compiled: bool = True):
+    """flex_attention over the paged cache: logical block mask converted through the table;
+    GQA through ``enable_gqa`` (query head h reads KV head h // group). ``compiled=False``
+    runs it eagerly (tests on CPU)."""
     global _FLEX_COMPILED
     from torch.nn.attention.experimental._paged_attention import PagedAttention
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    if _FLEX_COMPILED is None:
-        import torch._dynamo
+    if compiled and _FLEX_COMPILED is None:
+        import torch._dynamo as dynamo  # NOTE: a bare `import torch._dynamo` would make `torch` local here
 
         for limit in ("recompile_limit", "cache_size_limit"):  # one compile per swept shape
-            if hasattr(torch._dynamo.config, limit):
-                setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))
+            if hasattr(dynamo.config, limit):
+                setattr(dynamo.config, limit, max(getattr(dynamo.config, limit), 64))
         _FLEX_COMPILED = torch.compile(flex_attention)
+    attend = _FLEX_COMPILED if compiled else flex_attention
     batch, context = inputs.q.shape[0], int(inputs.context_lens[0])
     device = inputs.q.device
     num_blocks = k_paged.shape[0]
@@ -103,7 +125,7 @@ def flex_call(inputs: DecodeInputs, head: HeadConfig, k_paged, v_paged, tables, 
     v = v_paged.view(-1, kv_heads, head_dim).transpose(0, 1).unsqueeze(0)
     q = inputs.q.unsqueeze(2)
     gqa = head.num_heads != head.num_kv_heads
-    return lambda: _FLEX_COMPILED(q, k, v, block_mask=mask, enable_gqa=gqa)
+    return lambda: attend(q, k, v, block_mask=mask, enable_gqa=gqa)
 
 
 def linear_call(head: HeadConfig, batch: int, dtype: torch.dtype, device: torch.device, gen):

@@ -8,14 +8,18 @@ phases, most wanted first:
    both) -- paged, contiguous, SDPA (and the reference where it is timed);
 2. ``block_sweep``: the other block sizes at those (batch, context) points;
 3. ``rest``: every other point of the sweep;
-4. ``flex``: torch's flex_attention at its points (one ``torch.compile`` per shape, the
+4. ``repeat``: the paged kernel re-timed at block 16 for every batch >= ``repeat_min_batch``
+   (the stability target: two figures minutes apart);
+5. ``flex``: torch's flex_attention at its points (one ``torch.compile`` per shape, the
    slowest thing the benchmark does: last).
 
 The bandwidth ceilings (copy and read) are measured before phase 1.
 
-Estimate (CUDA): each ``do_bench`` call takes its windows (``warmup_ms + rep_ms``) plus
-``DO_BENCH_OVERHEAD_S``; each new Triton kernel variant costs ``TRITON_COMPILE_S`` per
-autotuning config and the configs' timings (``AUTOTUNE_BENCH_MS`` each); each flex shape
+Estimate (CUDA): each timed call takes the eager ``do_bench`` windows (``warmup_ms +
+rep_ms``) plus ``DO_BENCH_OVERHEAD_S``, and the graph timing (``bench_timing``): two
+captures of at most ``MAX_LAUNCHES`` calls (``HOST_CALL_S`` each) and ``ROUNDS`` replays of
+both graphs (``2 x MAX_LAUNCHES`` flushes of ``FLUSH_S`` and ``TARGET_GRAPH_MS`` of calls);
+each new Triton kernel variant costs ``TRITON_COMPILE_S``; each flex shape
 ``FLEX_COMPILE_S``. The benchmark prints this estimate beside the actual time per phase.
 """
 
@@ -25,10 +29,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pagebench.kernels.bench_spec import HeadConfig, KernelBenchSpec
-from pagebench.kernels.decode_plan import DECODE_CONFIGS
+from pagebench.kernels.bench_timing import FLUSH_MIN_BYTES, MAX_LAUNCHES, ROUNDS, TARGET_GRAPH_MS
 
 TARGET_DTYPE, TARGET_BLOCK, TARGET_MIN_BATCH, TARGET_MIN_CONTEXT = "float16", 16, 32, 4096
-PHASES = ("target", "block_sweep", "rest", "flex")
+PHASES = ("target", "block_sweep", "rest", "repeat", "flex")
 
 # Measured on this project's CI machine (2 shared cores, 2026-12-01): `python -m
 # pagebench.kernels.compile_check --case gqa-8b-bs16 --case mha-13b-bs16 --case contiguous-gqa-8b
@@ -41,7 +45,12 @@ FLEX_COMPILE_S = 60.0
 # do_bench beyond its windows: the first call, 5 timing-estimate calls and a sync (bounded
 # by 10 ms for the kernels here, whose calls take < 1 ms on an H200).
 DO_BENCH_OVERHEAD_S = 0.01
-AUTOTUNE_BENCH_MS = 5 + 20  # decode_plan.autotuned: do_bench(warmup=5, rep=20) per config
+# Host time of one Python call of a wrapper: the eager figures of the 2026-12-04 H200 record
+# (benchmarks/gpu/2026-12-04-h200) had floors of 0.10-0.31 ms where the kernel needs less.
+HOST_CALL_S = 0.3e-3
+# One L2 flush: 256 MiB read at the 4268 GB/s read bandwidth measured in that record.
+FLUSH_S = FLUSH_MIN_BYTES / 4268e9
+SDPA_BACKENDS_TIMED = 3  # cuDNN, flash, efficient (bench_inputs.SDPA_BACKENDS)
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,8 @@ def plan_visits(spec: KernelBenchSpec) -> list[Visit]:
     add("target", targets, lambda *g: (TARGET_BLOCK,))
     add("block_sweep", targets, lambda *g: others)
     add("rest", [g for g in groups if g not in targets], lambda *g: spec.block_sizes)
+    if spec.repeat_min_batch is not None and TARGET_BLOCK in spec.block_sizes:
+        add("repeat", [g for g in groups if g[1] >= spec.repeat_min_batch], lambda *g: (TARGET_BLOCK,))
     if "flex" in spec.baselines:
         add("flex", groups, lambda d, b, c: [bs for bs in spec.block_sizes if _flex_point(spec, b, c, bs)])
     return visits
@@ -105,12 +116,17 @@ def _variants(spec: KernelBenchSpec, visit: Visit, seen: set) -> Iterator[tuple]
             yield key
 
 
+def timed_call_s(spec: KernelBenchSpec) -> float:
+    """Prior seconds of one timed call on CUDA: eager windows + graph captures and replays."""
+    eager = (spec.warmup_ms + spec.rep_ms) / 1e3 + DO_BENCH_OVERHEAD_S
+    graph = 2 * MAX_LAUNCHES * HOST_CALL_S + ROUNDS * (2 * MAX_LAUNCHES * FLUSH_S + TARGET_GRAPH_MS / 1e3)
+    return eager + graph
+
+
 def estimate_s(spec: KernelBenchSpec, visits: list[Visit]) -> dict[str, float]:
     """Estimated seconds per phase on CUDA (module docstring), plus "ceilings" and "total"."""
-    call_s = (spec.warmup_ms + spec.rep_ms) / 1e3 + DO_BENCH_OVERHEAD_S
-    tuned = spec.tile_size is None and spec.num_stages is None
-    configs = len(DECODE_CONFIGS) if tuned else 1
-    per_variant = configs * TRITON_COMPILE_S + (configs * AUTOTUNE_BENCH_MS / 1e3 if configs > 1 else 0.0)
+    call_s = timed_call_s(spec)
+    eager_s = (spec.warmup_ms + spec.rep_ms) / 1e3 + DO_BENCH_OVERHEAD_S
     out = {"ceilings": 2 * call_s + TRITON_COMPILE_S}
     seen_variants: set = set()
     seen_groups: set = set()
@@ -119,17 +135,19 @@ def estimate_s(spec: KernelBenchSpec, visits: list[Visit]) -> dict[str, float]:
         t = 0.0
         if visit.phase == "flex":
             t += len(visit.block_sizes) * (FLEX_COMPILE_S + call_s)
+        elif visit.phase == "repeat":
+            t += len(visit.block_sizes) * call_s
         else:
-            if visit.group not in seen_groups:  # contiguous + SDPA, timed once per group
+            if visit.group not in seen_groups:  # contiguous + SDPA backends, timed once per group
                 seen_groups.add(visit.group)
-                t += call_s * (1 + ("sdpa" in spec.baselines))
+                t += call_s * (1 + SDPA_BACKENDS_TIMED * ("sdpa" in spec.baselines))
             linear = (visit.head.name, visit.dtype, visit.batch)
             if visit.head.has_model_dims and linear not in seen_linear:
                 seen_linear.add(linear)
                 t += call_s
             reference = "reference" in spec.baselines and visit.batch * visit.context <= spec.reference_max_tokens
-            t += len(visit.block_sizes) * call_s * (1 + reference)
-            t += per_variant * sum(1 for _ in _variants(spec, visit, seen_variants))
+            t += len(visit.block_sizes) * (call_s + reference * eager_s)
+            t += TRITON_COMPILE_S * sum(1 for _ in _variants(spec, visit, seen_variants))
         out[visit.phase] = out.get(visit.phase, 0.0) + t
     out["total"] = sum(out.values())
     return out

@@ -125,6 +125,7 @@ class KernelBenchSpec:
     copy_bytes: int = 1 << 30
     seed: int = 0
     time_budget_s: float | None = None  # stop starting new points after this long (results say truncated)
+    repeat_min_batch: int | None = 8  # re-time paged at block 16 for batch >= this after the sweep (null: no repeat)
     cpu: Mapping | None = field(default=None, compare=False)
     where: InitVar[str] = "kernel_bench"  # how errors name this spec (kernel_bench.cpu: the overrides)
 
@@ -201,6 +202,7 @@ class KernelBenchSpec:
         int_in("cpu_threads", 1, allow_none=True)
         int_in("copy_bytes", MIN_COPY_BYTES)
         int_in("seed", 0)
+        int_in("repeat_min_batch", 1, allow_none=True)
         if self.time_budget_s is not None and not (_is_number(self.time_budget_s) and self.time_budget_s > 0):
             fail("time_budget_s", f"must be a number of seconds > 0 or null, got {self.time_budget_s!r}")
         if self.cpu is not None:

@@ -34,7 +34,7 @@ def test_the_gpu_sweep_measures_target_points_first_with_both_head_configs():
     spec = KernelBenchSpec.from_mapping(load_spec(CONFIG))
     visits = plan_visits(spec)
     phases = [v.phase for v in visits]
-    assert phases == sorted(phases, key=["target", "block_sweep", "rest", "flex"].index)
+    assert phases == sorted(phases, key=["target", "block_sweep", "rest", "repeat", "flex"].index)
     target = [v for v in visits if v.phase == "target"]
     assert target and all(v.dtype == "float16" and v.block_sizes == (16,) and v.batch >= 32
                           and v.context >= 4096 for v in target)
@@ -43,11 +43,25 @@ def test_the_gpu_sweep_measures_target_points_first_with_both_head_configs():
     sweep = [v for v in visits if v.phase == "block_sweep"]
     assert {v.group for v in sweep} == {v.group for v in target}
     assert all(16 not in v.block_sizes and set(v.block_sizes) == set(spec.block_sizes) - {16} for v in sweep)
-    # every point of the sweep exactly once outside the flex phase
-    points = [(*v.group, bs) for v in visits if v.phase != "flex" for bs in v.block_sizes]
+    # every point of the sweep exactly once outside the flex and repeat phases
+    points = [(*v.group, bs) for v in visits if v.phase not in ("flex", "repeat") for bs in v.block_sizes]
     assert len(points) == len(set(points)) == (len(spec.head_configs) * len(spec.dtypes) * len(spec.batch_sizes)
                                                * len(spec.context_lens) * len(spec.block_sizes))
     assert {(v.batch, v.context, v.block_sizes) for v in visits if v.phase == "flex"} == {(32, 4096, (16,))}
+    # the stability repeat: block 16 again at every batch >= 8, after the sweep
+    repeat = [(v.head.name, v.batch, v.context, v.block_sizes) for v in visits if v.phase == "repeat"]
+    assert sorted(repeat) == sorted((h.name, b, c, (16,)) for h in spec.head_configs for b in spec.batch_sizes
+                                    if b >= 8 for c in spec.context_lens)
+
+
+def test_the_repeat_phase_times_block_16_again_and_lands_in_the_results(tmp_path):
+    results = benchmark.run_kernel_benchmark({**TINY, "block_sizes": [16], "repeat_min_batch": 2}, tmp_path,
+                                             progress=False)
+    assert [p["name"] for p in results["phases"]] == ["rest", "repeat"]
+    assert sorted((r["head_config"], r["batch"], r["context_len"]) for r in results["repeats"]) == sorted(
+        (h, 2, c) for h in ("g", "m") for c in (16, 32))
+    assert all(r["block_size"] == 16 and r["paged_ms"] > 0 and r["errors"] is None for r in results["repeats"])
+    assert len(results["rows"]) == 8  # the repeat adds no row
 
 
 def test_a_complete_run_writes_every_point_to_the_log_as_measured(tmp_path):
