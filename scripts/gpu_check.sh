@@ -1,98 +1,111 @@
 #!/usr/bin/env bash
-# Call 1 of the GPU runbook (benchmarks/gpu/README.md): tests + kernels, under 8 minutes
-# on an H200 that reaches no package registry.
+# The whole GPU check in ONE device call (benchmarks/gpu/README.md): kernels, the real engine,
+# calibration, the GPU tests, within one time budget on an H200 that reaches no registry.
 #
-#   bash scripts/gpu_check.sh [OUT_DIR]              on the GPU (default: $OUT, else outputs/gpu_check)
-#   bash scripts/gpu_check.sh --rehearse [OUT_DIR]   on a CPU machine (CI): every stage up to its
-#                                                    first CUDA call; CUDA stages say "no CUDA"
-#   GPU_CHECK_BUDGET_S (450) caps the whole script; PYTHON picks the interpreter.
+#   bash scripts/gpu_check.sh [--budget S] [OUT_DIR]              on the GPU (OUT_DIR default: $OUT)
+#   bash scripts/gpu_check.sh --rehearse [--budget S] [OUT_DIR]   on a CPU machine (CI): the same
+#        stages, the same install and import path; CUDA-only stages say "no CUDA", the kernel
+#        benchmark runs its CPU sweep, the engine a tiny model on the CPU, and the kernels are
+#        compiled for sm_90 with the image's Triton instead of being run
+#   --budget S (default 540, GPU_CHECK_BUDGET_S): the whole call, in seconds; give the device
+#        tool the same timeout_s. PYTHON picks the interpreter.
 #
-# Stages (each time-limited; a failing stage is recorded and the next one still runs):
-#   pydeps        the carried wheels (wheels/, scripts/gpu_wheels.sh) into build/gpu_pydeps with
-#                 `pip install --no-index --no-deps --target`, on PYTHONPATH: the image's own
-#                 packages stay as they are; the project runs from the checkout (no install)
-#   imports       every module the later stages import
-#   device        nvidia-smi, torch / triton versions                                   (CUDA)
-#   collect       pytest --collect-only -m gpu: collects without errors
-#   gpu-tests     pytest -m gpu at real sizes                                           (CUDA)
-#   kernel-plan   the benchmark's points in measuring order and its time estimate
-#   kernel-bench  the benchmark (CUDA; the rehearsal runs the CPU sweep instead): each point
-#                 lands in kernels/kernel_points.jsonl as measured; the stage timeout's SIGINT
-#                 keeps them all and the summary is rebuilt from the log if the run was killed
-#   kernel-figures  kernel_results.json -> PNGs
-#   kernel-suite-cuda  the CI kernel tests compiled on CUDA, with the time left     (CUDA)
-#   compile-check (rehearsal only) the decode kernel compiled for sm_90 with the image's Triton:
-#                 fails on a spill (pagebench.kernels.compile_check)
-#   summary       gpu_check.json + gpu_check.md: date, device, commit, stages, files to commit
+# Stages in order of value; each one's limit and reserve (kept for the later stages) are
+# percentages of the budget (gpu_common.sh), so they scale with it:
+#   stage          limit  reserve
+#   pydeps            8%      0%   the carried wheels (.whl/): never skipped, runs first
+#   imports           6%     80%   every module the stages import, torch/triton/device versions
+#   kernel-bench     38%     45%   targets, block sweep, rest, repeat, then flex (pagebench.kernels.benchmark;
+#                                  its time_budget_s stops new points 10 s before the limit; SIGINT keeps them)
+#   docqa            16%     27%   the torch executor, llama-2-13b dims, paged vs max vs oracle
+#   calibrate         8%     18%   python -m harness.tools.calibrate (fit of the sim on this GPU)
+#   gpu-tests        10%      8%   pytest -m gpu (rehearsal: collect-only)
+#   sharegpt_like    10%      4%   the torch executor, second workload
+#   hostcost          3%      2%   python -m harness.tools.hostcost
+#   compile-check    20%      2%   rehearsal only: the decode kernels compiled for sm_90 (fails on a spill)
+#   summary + pack: the last 2%: OUT_DIR gets gpu_check.tar.gz (everything) and up to 7 summaries
+#                   (gpu_check.md/json/log, kernel_results.json/md, engine.md), no folders
 set -uo pipefail
 
 REHEARSE=0
-if [ "${1:-}" = "--rehearse" ]; then REHEARSE=1; shift; fi
+BUDGET_S="${GPU_CHECK_BUDGET_S:-540}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rehearse) REHEARSE=1; shift ;;
+    --budget) BUDGET_S="$2"; shift 2 ;;
+    --budget=*) BUDGET_S="${1#*=}"; shift ;;
+    -*) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+if ! [[ "$BUDGET_S" =~ ^[0-9]+$ ]] || [ "$BUDGET_S" -lt 60 ]; then
+  echo "gpu_check.sh: --budget must be a whole number of seconds >= 60, got '$BUDGET_S'" >&2; exit 2
+fi
 OUT_DIR="${1:-${OUT:-outputs/gpu_check}}"
+NAME=gpu_check
 source "$(dirname "$0")/gpu_common.sh"
-LOG="$OUT_DIR/gpu_check.log"
-BUDGET_S="${GPU_CHECK_BUDGET_S:-450}"   # the whole script (the device tool's timeout_s: 480)
-: >"$LOG"
 
 if [ "$REHEARSE" = 1 ]; then
   rehearsal_python || exit 1   # sets PY to a venv that sees none of the missing packages
   START=$(date +%s)             # the budget is for the stages (on the GPU there is no venv to build)
 fi
 
-# ---- setup -------------------------------------------------------------------------------
-install_pydeps 380
-stage imports 60 360 "$PY" -c "import hydra, omegaconf, torch, triton, pytest, harness.__main__, harness.tools.calibrate, \
-harness.tools.hostcost, pagebench.kernels.benchmark, pagebench.kernels.compile_check, pagebench.reports.render, pagebench.reports.kernel_figures; \
-print('imports ok: hydra', hydra.__version__, 'omegaconf', omegaconf.__version__, 'torch', torch.__version__, \
-'triton', triton.__version__)"
+# ---- setup: wheels, import path, versions ----------------------------------------------------
+install_pydeps 8
+make_importable
+stage imports 6 80 "$PY" -c "import hydra, omegaconf, torch, triton, pytest, harness.__main__, harness.tools.calibrate, \
+harness.tools.hostcost, pagebench.kernels.benchmark, pagebench.kernels.compile_check, pagebench.reports.render, \
+pagebench.reports.kernel_figures; print('imports ok: hydra', hydra.__version__, 'omegaconf', omegaconf.__version__, \
+'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__); \
+print('device:', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"
+[ "$HAS_CUDA" = 1 ] && nvidia-smi >>"$LOG" 2>&1
 
-# ---- device and tests -------------------------------------------------------------------------
-GPU_NAME="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-cuda_stage device 30 350 bash -c "nvidia-smi; $PY -c 'import torch, triton; print(\"torch\", torch.__version__, \
-\"cuda\", torch.version.cuda, \"triton\", triton.__version__); print(torch.cuda.get_device_name(0))'"
-stage collect 90 320 "$PY" -m pytest --collect-only -q -p no:cacheprovider -m gpu
-cuda_stage gpu-tests 100 260 "$PY" -m pytest -m gpu -q -p no:cacheprovider --durations=10
-
-# ---- kernel benchmark ----------------------------------------------------------------------
-mkdir -p "$OUT_DIR/kernels"
-stage kernel-plan 30 250 "$PY" -m pagebench.kernels.benchmark --plan --device cuda
+# ---- kernels: targets, block sweep, rest, repeat, flex ----------------------------------------
+mkdir -p "$WORK/kernels"
 if [ "$HAS_CUDA" = 1 ]; then
-  # the benchmark starts no new point 15 s before its limit; SIGINT at the limit keeps every point
-  stage kernel-bench 240 40 bash -c "$PY -m pagebench.kernels.benchmark --device cuda --out '$OUT_DIR/kernels' \
-    --set time_budget_s=\$(( STAGE_LIMIT - 15 ))"
+  stage kernel-bench 38 45 bash -c "$PY -m pagebench.kernels.benchmark --device cuda --out '$WORK/kernels' \
+    --set time_budget_s=\$(( STAGE_LIMIT - 10 ))"
 else
-  stage kernel-bench 120 40 "$PY" -m pagebench.kernels.benchmark --device cpu --out "$OUT_DIR/kernels" \
+  stage kernel-bench 38 45 "$PY" -m pagebench.kernels.benchmark --device cpu --out "$WORK/kernels" \
     --set cpu_repeats=1 --set "context_lens=[64]"
 fi
-if [ -f "$OUT_DIR/kernels/kernel_points.jsonl" ] && [ ! -f "$OUT_DIR/kernels/kernel_results.json" ]; then
-  stage kernel-summary 20 30 "$PY" -m pagebench.kernels.benchmark --summarize "$OUT_DIR/kernels"   # killed run
+if [ -f "$WORK/kernels/kernel_points.jsonl" ] && [ ! -f "$WORK/kernels/kernel_results.json" ]; then
+  "$PY" -m pagebench.kernels.benchmark --summarize "$WORK/kernels" >>"$LOG" 2>&1   # a killed run
 fi
-stage kernel-figures 30 10 "$PY" - "$OUT_DIR/kernels" <<'EOF'
-import json, sys
-from pathlib import Path
-from pagebench.reports.kernel_figures import kernel_figures
-out = Path(sys.argv[1])
-results = json.loads((out / "kernel_results.json").read_text())
-names = ["latency_vs_context", "bandwidth_vs_block_size", "paged_over_contiguous_vs_block_size"]
-for name, (fig, _caption) in zip(names, kernel_figures(results)):
-    fig.savefig(out / f"{name}.png", dpi=120)
-print("targets:", json.dumps(results.get("targets"), indent=1))
-EOF
+
+# ---- the real engine, calibration, GPU tests ----------------------------------------------------
+if [ "$HAS_CUDA" = 1 ]; then
+  ENGINE_MODEL=llama-2-13b ENGINE_HARDWARE=h200 ENGINE_DEVICE=cuda ENGINE_REQUESTS=100 ENGINE_WALL_S=25
+else  # the same path on the CPU: a tiny model, a few requests
+  ENGINE_MODEL=tiny ENGINE_HARDWARE=cpu ENGINE_DEVICE=cpu ENGINE_REQUESTS=4 ENGINE_WALL_S=20
+fi
+ENGINE_MODEL_ARGS=(model="$ENGINE_MODEL")
+mkdir -p "$WORK/engine"
+engine_stage docqa docqa 16 27
+stage calibrate 8 18 "$PY" -m harness.tools.calibrate --model "$ENGINE_MODEL" --hardware "$ENGINE_HARDWARE" \
+  --device "$ENGINE_DEVICE" --name "$ENGINE_HARDWARE-$ENGINE_MODEL-fit" \
+  --out "$WORK/engine/$ENGINE_HARDWARE-$ENGINE_MODEL-fit.yaml" --json "$WORK/engine/calibration.json"
+if [ "$HAS_CUDA" = 1 ]; then
+  stage gpu-tests 10 8 "$PY" -m pytest -m gpu -q -p no:cacheprovider --durations=10
+else
+  stage collect 10 8 "$PY" -m pytest --collect-only -q -p no:cacheprovider -m gpu
+fi
+engine_stage sharegpt_like sharegpt_like 10 4
+stage hostcost 3 2 "$PY" -m harness.tools.hostcost --device "$ENGINE_DEVICE" --json "$WORK/engine/hostcost.json"
 if [ "$REHEARSE" = 1 ]; then   # no GPU: compile for sm_90 with the image's Triton instead
-  stage compile-check 120 5 "$PY" -m pagebench.kernels.compile_check --arch 90 --case mha-13b-bs16 --case gqa-8b-bs1 \
-    --case gqa-8b-bs16-split --case read-bandwidth-probe
+  stage compile-check 20 2 "$PY" -m pagebench.kernels.compile_check --arch 90 --case mha-13b-bs16 \
+    --case gqa-8b-bs1 --case gqa-8b-bs16-split --case read-bandwidth-probe
 fi
-cuda_stage kernel-suite-cuda 150 5 "$PY" -m pytest -q -p no:cacheprovider -m "not gpu" \
-  tests/test_kernel_decode.py tests/test_kernel_cache_write.py
 
-# ---- summary -------------------------------------------------------------------------------
-write_summary gpu_check "GPU check (call 1: tests + kernels)" kernels/kernel_results.md \
-  kernels/kernel_results.json kernels/kernel_results.csv kernels/kernel_results.md \
-  kernels/kernel_points.jsonl kernels/latency_vs_context.png kernels/bandwidth_vs_block_size.png \
-  kernels/paged_over_contiguous_vs_block_size.png
+# ---- summary and pack (the last 2% of the budget) -----------------------------------------------
+"$PY" scripts/gpu_report.py figures "$WORK/kernels" >>"$LOG" 2>&1
+"$PY" scripts/gpu_report.py engine-md "$WORK/engine" >"$WORK/engine.md" 2>>"$LOG"
+summary "GPU check (one call: kernels, engine, calibration, tests)"
+cp "$WORK/kernels/kernel_results.json" "$WORK/kernels/kernel_results.md" "$WORK/" 2>/dev/null
+pack_outputs gpu_check.md gpu_check.json gpu_check.log kernel_results.json kernel_results.md engine.md
+ELAPSED=$(( $(date +%s) - START ))
+echo "total ${ELAPSED}s of a ${BUDGET_S}s budget"
 
-# exit status: 1 when a stage failed (its rc is in the table; "no CUDA" and skipped count as passed)
-for row in "${RESULTS[@]}"; do
-  rc="$(echo "$row" | cut -d'|' -f3 | tr -d ' ')"
-  case "$rc" in 0|noCUDA|nowheels/|skipped*) ;; *) exit 1 ;; esac
-done
+# exit status: 1 when a stage failed (its rc is in the table) or the budget was overrun
+if [ "$ELAPSED" -gt "$BUDGET_S" ]; then echo "over budget"; exit 1; fi
+[ "$(failed_stages)" = 0 ] || exit 1

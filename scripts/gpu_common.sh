@@ -1,71 +1,105 @@
-# Shared setup of scripts/gpu_check.sh and scripts/gpu_engine.sh. Set OUT_DIR, then
+# Shared setup of scripts/gpu_check.sh (the one-call GPU check) and scripts/gpu_engine.sh.
+# Set NAME (the summary's name), OUT_DIR and BUDGET_S, then
 #   source "$(dirname "$0")/gpu_common.sh"
-# It makes OUT_DIR (an absolute path afterwards), moves to the repository root (REPO),
-# selects compiled Triton kernels, sets PY ($PYTHON, else python3), HAS_CUDA, START and
-# RESULTS, and defines `stage` / `cuda_stage` (log to $LOG within $BUDGET_S: set both
-# before the first stage), `rehearsal_python` and `write_summary`.
+# It moves to the repository root (REPO), makes WORK (build/gpu_work/$NAME, emptied: every
+# stage writes there; only pack_outputs writes to OUT_DIR), selects compiled Triton kernels,
+# sets PY ($PYTHON, else python3), HAS_CUDA, START and LOG, and defines `stage` / `cuda_stage`,
+# `install_pydeps`, `make_importable`, `rehearsal_python`, `engine_stage` and `pack_outputs`.
+#
+# Budget: every stage's limit and reserve are PERCENT of BUDGET_S (the whole call), so the
+# plan scales with the budget and no reserve can exceed it; a stage gets
+# min(its limit, time left - its reserve) and is skipped below MIN_STAGE_S.
 
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO="$(pwd)"
+WORK="$REPO/build/gpu_work/$NAME"
+rm -rf "$WORK" && mkdir -p "$WORK"
+LOG="$WORK/$NAME.log"
+STAGES="$WORK/stages.tsv"
+: >"$LOG"
+: >"$STAGES"
 unset TRITON_INTERPRET            # compiled kernels, never the interpreter
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 START=$(date +%s)
-declare -a RESULTS=()
+MIN_STAGE_S=10
 HAS_CUDA=0
 if nvidia-smi -L >/dev/null 2>&1; then HAS_CUDA=1; fi
+GPU_NAME="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 
-# stage NAME LIMIT_S RESERVE_S COMMAND...: run COMMAND (output appended to $LOG) for at most
-# LIMIT_S, capped so that RESERVE_S stay for the later stages; the command sees its limit as
-# $STAGE_LIMIT. Records "| name | rc | limit | time |" in RESULTS and returns the command's status.
+pct() { echo $(( BUDGET_S * $1 / 100 )); }
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$STAGES"; }
+
+# stage NAME LIMIT_PCT RESERVE_PCT COMMAND...: run COMMAND (output appended to $LOG) for at most
+# LIMIT_PCT of the budget, capped so that RESERVE_PCT of it stays for the later stages; the
+# command sees its limit as $STAGE_LIMIT. Returns the command's status.
 stage() {
-  local name="$1" limit="$2" reserve="$3"; shift 3
+  local name="$1" limit reserve; limit=$(pct "$2"); reserve=$(pct "$3"); shift 3
   local left=$(( START + BUDGET_S - $(date +%s) - reserve ))
   if [ "$left" -lt "$limit" ]; then limit=$left; fi
-  if [ "$limit" -lt 10 ]; then
+  if [ "$limit" -lt "$MIN_STAGE_S" ]; then
     echo "=== [$name] skipped: out of time budget" | tee -a "$LOG"
-    RESULTS+=("| $name | skipped (time budget) | 0s | 0s |")
+    record "$name" "skipped (time budget)" 0 0
     return 0
   fi
-  local t0=$(date +%s)
+  local t0; t0=$(date +%s)
   echo "=== [$name] $(date -u +%H:%M:%S) (limit ${limit}s): $*" | tee -a "$LOG"
-  STAGE_LIMIT=$limit timeout --signal=INT --kill-after=15 "$limit" "$@" >>"$LOG" 2>&1
+  STAGE_LIMIT=$limit timeout --signal=INT --kill-after=10 "$limit" "$@" >>"$LOG" 2>&1
   local rc=$?
   local dt=$(( $(date +%s) - t0 ))
   echo "=== [$name] rc=$rc after ${dt}s (limit ${limit}s)" | tee -a "$LOG"
-  RESULTS+=("| $name | $rc | ${limit}s | ${dt}s |")
+  record "$name" "$rc" "$limit" "$dt"
   return $rc
-}
-
-# install_pydeps: the carried wheels (wheels/, scripts/gpu_wheels.sh) into build/gpu_pydeps
-# with `pip install --no-index --no-deps --target`, on PYTHONPATH with the checkout: the
-# image's own packages stay as they are and the project runs from the checkout (no install).
-install_pydeps() {
-  export GPU_PYDEPS="$REPO/build/gpu_pydeps"
-  export PYTHONPATH="$REPO:$GPU_PYDEPS${PYTHONPATH:+:$PYTHONPATH}"
-  if ls wheels/*.whl >/dev/null 2>&1; then
-    rm -rf "$GPU_PYDEPS"
-    stage pydeps 60 "$1" "$PY" -m pip install --quiet --no-index --no-deps --target "$GPU_PYDEPS" wheels/*.whl
-  else
-    echo "=== [pydeps] no wheels/ folder: carry it (bash scripts/gpu_wheels.sh; carry [\"wheels\"])" | tee -a "$LOG"
-    RESULTS+=("| pydeps | no wheels/ | 0s | 0s |")
-  fi
 }
 
 # cuda_stage: a stage that needs CUDA; without it the stage says "no CUDA" and succeeds.
 cuda_stage() {
   if [ "$HAS_CUDA" = 1 ]; then stage "$@"; return $?; fi
   echo "=== [$1] no CUDA: skipped" | tee -a "$LOG"
-  RESULTS+=("| $1 | no CUDA | $2s | 0s |")
+  record "$1" "no CUDA" 0 0
   return 0
+}
+
+# install_pydeps: the carried wheels (.whl/, else wheels/; scripts/gpu_wheels.sh) into
+# build/gpu_pydeps with `pip install --no-index --no-deps --target`, on PYTHONPATH: the image's
+# own packages stay as they are. Never skipped: it runs first, with no reserve.
+install_pydeps() {
+  export GPU_PYDEPS="$REPO/build/gpu_pydeps"
+  export PYTHONPATH="$GPU_PYDEPS${PYTHONPATH:+:$PYTHONPATH}"
+  local dir
+  for dir in .whl wheels; do
+    if ls "$dir"/*.whl >/dev/null 2>&1; then
+      rm -rf "$GPU_PYDEPS"
+      stage pydeps "$1" 0 "$PY" -m pip install --quiet --no-index --no-deps --no-compile --target "$GPU_PYDEPS" \
+        "$dir"/*.whl
+      return $?
+    fi
+  done
+  echo "=== [pydeps] no .whl/ folder: bash scripts/gpu_wheels.sh, then carry [\".whl\"]" | tee -a "$LOG"
+  record pydeps "no wheels" 0 0
+  return 1
+}
+
+# make_importable: the repository is a plain copy there (no install): build/gpu_pkgs holds
+# harness -> harness/ and pagebench/{allocators,kernels,reports} -> those folders (as
+# /work/tools/mkvenv.sh and pyproject.toml's package-dir map them), first on PYTHONPATH.
+make_importable() {
+  export GPU_PKGS="$REPO/build/gpu_pkgs"
+  rm -rf "$GPU_PKGS" && mkdir -p "$GPU_PKGS/pagebench"
+  ln -s "$REPO/harness" "$GPU_PKGS/harness"
+  local p
+  for p in allocators kernels reports; do ln -s "$REPO/$p" "$GPU_PKGS/pagebench/$p"; done
+  export PYTHONPATH="$GPU_PKGS:$PYTHONPATH"
+  echo "=== [importable] harness and pagebench.* from $GPU_PKGS (symlinks to the checkout)" | tee -a "$LOG"
 }
 
 # rehearsal_python: PY becomes a venv that looks like the H200 image to the project: it
 # sees this machine's packages (torch, numpy, ...: the image has them) but not hydra-core,
-# omegaconf, antlr4 or Hydra plugins, which then come from the carried wheels only
-# (scripts/gpu_image_guard.py), and it holds the image's Triton (3.6.0). GPU_REHEARSE_CLEAN=1 builds a clean venv with the image's
+# omegaconf, antlr4, Hydra plugins, nor an installed harness / pagebench: those come from
+# the carried wheels and build/gpu_pkgs only (scripts/gpu_image_guard.py), as there; and it
+# holds the image's Triton (3.6.0). GPU_REHEARSE_CLEAN=1 builds a clean venv with the image's
 # package list instead (minutes: see benchmarks/gpu/README.md).
 rehearsal_python() {
   local venv="$REPO/build/gpu_rehearse/venv"
@@ -80,47 +114,54 @@ rehearsal_python() {
       "$base" -m venv --system-site-packages "$venv" || return 1
     fi
   fi
-  # the image's Triton (the compile check below compiles with it: its analyses differ)
   local triton="${GPU_REHEARSE_TRITON:-3.6.0}"
   if [ "$("$venv/bin/python" -c 'import triton; print(triton.__version__)' 2>/dev/null)" != "$triton" ]; then
     "$venv/bin/pip" install --quiet "triton==$triton" >>"$LOG" 2>&1 || { echo "triton $triton: install failed"; return 1; }
   fi
   local site
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  # GPU_REHEARSE_SITE=DIR: a site-packages that holds torch & co. when $base's does not (a
+  # machine whose packages live in a venv); it comes after the venv's own (its Triton wins)
+  if [ -n "${GPU_REHEARSE_SITE:-}" ]; then echo "$GPU_REHEARSE_SITE" >"$site/zz_gpu_rehearse_site.pth"; fi
   cp scripts/gpu_image_guard.py "$site/_gpu_image_guard.py"
   echo "import _gpu_image_guard" >"$site/_gpu_image_guard.pth"
   PY="$venv/bin/python"
-  echo "=== [rehearsal] $("$PY" --version) in $venv; hydra/omegaconf/antlr4 only from the wheels" | tee -a "$LOG"
+  echo "=== [rehearsal] $("$PY" --version) in $venv; hydra/omegaconf/antlr4 only from the wheels, harness and" \
+       "pagebench only from build/gpu_pkgs" | tee -a "$LOG"
 }
 
-# write_summary NAME TITLE INCLUDED_MD FILES...: $OUT_DIR/NAME.json and NAME.md with date,
-# device, commit, the stage table, INCLUDED_MD (relative to OUT_DIR) and the files to commit
-# under benchmarks/gpu/ (those of FILES that exist, plus the summary itself).
-write_summary() {
-  local name="$1" title="$2" included="$3"; shift 3
-  "$PY" - "$OUT_DIR" "$name" "$title" "$included" "${GPU_NAME:-}" "$(( $(date +%s) - START ))" \
-    "$(git rev-parse --short HEAD 2>/dev/null || echo none)" "${REHEARSE:-0}" "$#" "$@" "${RESULTS[@]}" <<'EOF'
-import datetime, json, sys
-from pathlib import Path
-out, name, title, included, device, total, commit, rehearse, nfiles = sys.argv[1:10]
-files = sys.argv[10:10 + int(nfiles)]
-stages = [[c.strip() for c in line.strip("|").split("|")] for line in sys.argv[10 + int(nfiles):]]
-out = Path(out)
-date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-kept = [f for f in files if (out / f).is_file()] + [f"{name}.json", f"{name}.md"]
-doc = {"name": name, "date": date, "device": device or "no CUDA device", "commit": commit,
-       "rehearsal": rehearse == "1", "total_s": int(total),
-       "stages": [dict(zip(("stage", "rc", "limit", "time"), s)) for s in stages],
-       "files_to_commit": kept}
-(out / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
-lines = [f"# {title}{' -- rehearsal, no GPU' if doc['rehearsal'] else ''}", "",
-         f"- date: {date}", f"- device: {doc['device']}", f"- commit: {commit}", f"- total: {total} s", "",
-         "| stage | rc | limit | time |", "|---|---|---|---|", *[f"| {' | '.join(s)} |" for s in stages], ""]
-if included and (out / included).is_file():
-    lines += [l.replace("# ", "## ", 1) if l.startswith("# ") else l for l in (out / included).read_text().splitlines()]
-lines += ["", "## Files to commit (under benchmarks/gpu/, see its README)", ""] + [f"- {f}" for f in kept]
-(out / f"{name}.md").write_text("\n".join(lines) + "\n")
-print("\n".join(lines[:12 + len(stages)]))
-print(f"wrote {out / (name + '.json')} and {out / (name + '.md')}")
-EOF
+# engine_stage NAME WORKLOAD LIMIT_PCT RESERVE_PCT: one serving run on the torch executor
+# (paged vs contiguous max vs oracle, offline) into $WORK/engine/WORKLOAD. Reads ENGINE_MODEL,
+# ENGINE_HARDWARE, ENGINE_DEVICE, ENGINE_REQUESTS, ENGINE_WALL_S, ENGINE_MODEL_ARGS (array).
+engine_stage() {
+  local name="$1" workload="$2"; shift 2
+  stage "$name" "$1" "$2" "$PY" -m harness workload="$workload" engine=torch "${ENGINE_MODEL_ARGS[@]}" \
+    hardware="$ENGINE_HARDWARE" engine.device="$ENGINE_DEVICE" "systems=[paged,max,oracle]" \
+    workload.num_requests="$ENGINE_REQUESTS" workload.arrival.process=offline \
+    engine.wall_time_limit_s="$ENGINE_WALL_S" progress=false hydra.run.dir="$WORK/engine/$workload"
+}
+
+# pack_outputs FILE...: OUT_DIR receives $NAME.tar.gz (all of WORK) and the FILES (paths in WORK)
+# beside it, at most 8 files in all, none in a folder: what the device tool brings back.
+pack_outputs() {
+  local kept=0 f
+  for f in "$@"; do
+    if [ -f "$WORK/$f" ] && [ "$kept" -lt 7 ]; then cp "$WORK/$f" "$OUT_DIR/$(basename "$f")"; kept=$((kept + 1)); fi
+  done
+  tar -czf "$OUT_DIR/$NAME.tar.gz" -C "$WORK" . 2>>"$LOG" || echo "pack: tar failed" >>"$LOG"
+  echo "=== [pack] $OUT_DIR: $NAME.tar.gz + $kept summaries ($(du -sh "$OUT_DIR/$NAME.tar.gz" | cut -f1))"
+}
+
+# summary TITLE: $WORK/$NAME.json and $NAME.md (date, device, commit, budget, stage table,
+# kernel targets, engine table) by scripts/gpu_report.py.
+summary() {
+  "$PY" scripts/gpu_report.py summary "$WORK" "$NAME" "$1" --device "${GPU_NAME:-}" \
+    --commit "$(git rev-parse --short HEAD 2>/dev/null || echo none)" --budget "$BUDGET_S" \
+    --elapsed "$(( $(date +%s) - START ))" --rehearsal "${REHEARSE:-0}" 2>>"$LOG" \
+    || echo "summary failed (see $LOG)" | tee -a "$LOG"
+}
+
+# failed_stages: the number of stages whose rc is neither 0 nor "no CUDA" / skipped.
+failed_stages() {
+  awk -F'\t' '$2 != "0" && $2 != "no CUDA" && $2 !~ /^skipped/ {n++} END {print n + 0}' "$STAGES"
 }

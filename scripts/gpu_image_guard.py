@@ -1,11 +1,13 @@
 """Rehearsal only: make this Python look like the H200 image to pagebench's imports.
 
 The image has no hydra-core, omegaconf, antlr4-python3-runtime nor Hydra plugins; they
-must come from the wheels gpu_check.sh installs into ``$GPU_PYDEPS``. A rehearsal venv
-that sees the CI machine's site-packages (``--system-site-packages``, so that torch and
-the rest need not be installed again) loads this module from a ``.pth`` file: imports of
-those packages are then served from ``$GPU_PYDEPS`` only, and fail as on the image when
-they are not there.
+must come from the wheels gpu_check.sh installs into ``$GPU_PYDEPS``. Nor is pagebench
+installed there: the repository is a plain copy, and ``harness`` / ``pagebench.*`` come from
+the symlink folder ``$GPU_PKGS`` (gpu_common.sh ``make_importable``). A rehearsal venv that
+sees the CI machine's site-packages (``--system-site-packages``, where CI installed the
+project too) loads this module from a ``.pth`` file: imports of those packages are then
+served from ``$GPU_PYDEPS`` / ``$GPU_PKGS`` only, and fail as on the image when they are
+not there.
 """
 
 from __future__ import annotations
@@ -14,20 +16,22 @@ import importlib.machinery
 import os
 import sys
 
-HIDDEN = {"hydra", "omegaconf", "antlr4", "hydra_plugins"}
+HIDDEN = {"hydra": "GPU_PYDEPS", "omegaconf": "GPU_PYDEPS", "antlr4": "GPU_PYDEPS",
+          "hydra_plugins": "GPU_PYDEPS", "harness": "GPU_PKGS", "pagebench": "GPU_PKGS"}
 
 
 class ImageGuard:
-    """A meta-path finder: top-level HIDDEN packages only from $GPU_PYDEPS."""
+    """A meta-path finder: top-level HIDDEN packages only from the folder their variable names."""
 
     def find_spec(self, name, path=None, target=None):
         if "." in name or name not in HIDDEN:
             return None
-        folder = os.environ.get("GPU_PYDEPS")
+        folder = os.environ.get(HIDDEN[name])
         spec = importlib.machinery.PathFinder.find_spec(name, [folder]) if folder else None
         if spec is None:
-            raise ModuleNotFoundError(f"No module named {name!r} (not in the H200 image: install the "
-                                      "carried wheels, scripts/gpu_wheels.sh)", name=name)
+            how = ("install the carried wheels, scripts/gpu_wheels.sh" if HIDDEN[name] == "GPU_PYDEPS"
+                   else "the checkout is importable only through gpu_common.sh make_importable")
+            raise ModuleNotFoundError(f"No module named {name!r} (not in the H200 image: {how})", name=name)
         return spec
 
 

@@ -2,7 +2,7 @@
 # Fetch, on a machine with a package registry, the wheels the H200 image lacks, so that
 # scripts/gpu_check.sh can install them there without one.
 #
-#   bash scripts/gpu_wheels.sh [DIR]          (default: wheels/, git-ignored)
+#   bash scripts/gpu_wheels.sh [DIR]          (default: .whl/, git-ignored; the device tool's folder)
 #
 # The H200 image (benchmarks/gpu/README.md) has CPython 3.12, torch 2.11, triton 3.6 and
 # IMAGE_HAS below. pagebench's dependencies that it lacks: hydra-core, omegaconf and
@@ -16,12 +16,12 @@
 # (setuptools), the same file on any CPython 3 and any platform.
 #
 # The folder travels with the working tree only when the device tool's `carry` names it:
-# carry ["wheels"] (about 0.4 MB of the 64 MiB allowed). gpu_check.sh then installs the
-# wheels with `pip install --no-index --no-deps --target <out>/pydeps` and puts that folder
-# on PYTHONPATH, leaving the image's own packages as they are.
+# carry [".whl"] (about 0.4 MB of the 64 MiB allowed). gpu_check.sh then installs the
+# wheels with `pip install --no-index --no-deps --target build/gpu_pydeps` and puts that
+# folder on PYTHONPATH, leaving the image's own packages as they are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DIR="${1:-wheels}"
+DIR="${1:-.whl}"
 PY="${PYTHON:-python3}"
 mkdir -p "$DIR"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
