@@ -54,10 +54,6 @@ class Timing:
     spread: float | None = None  # (max - min) / median over the rounds
     error: str | None = None
 
-    def fields(self, name: str) -> dict:
-        """Row fields ``{name}_ms``, ``{name}_launch_us``, ``{name}_graph_spread``."""
-        return {f"{name}_ms": self.ms, f"{name}_launch_us": self.launch_us, f"{name}_graph_spread": self.spread}
-
 
 class CpuTimer:
     """Median milliseconds of ``repeats`` calls after one warm-up (CPU)."""
