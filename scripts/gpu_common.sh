@@ -120,9 +120,12 @@ rehearsal_python() {
   fi
   local site
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  # GPU_REHEARSE_SITE=DIR: a site-packages that holds torch & co. when $base's does not (a
-  # machine whose packages live in a venv); it comes after the venv's own (its Triton wins)
-  if [ -n "${GPU_REHEARSE_SITE:-}" ]; then echo "$GPU_REHEARSE_SITE" >"$site/zz_gpu_rehearse_site.pth"; fi
+  # --system-site-packages sees the BASE interpreter's site-packages: when $base is itself a
+  # venv (CI's fresh venv), its own site-packages (torch & co.) is added by a .pth, after the
+  # rehearsal venv's (whose Triton wins); GPU_REHEARSE_SITE=DIR names another such folder.
+  local extra="${GPU_REHEARSE_SITE:-$("$base" -c 'import sys, sysconfig
+print(sysconfig.get_paths()["purelib"] if sys.prefix != sys.base_prefix else "")')}"
+  if [ -n "$extra" ]; then echo "$extra" >"$site/zz_gpu_rehearse_site.pth"; else rm -f "$site/zz_gpu_rehearse_site.pth"; fi
   cp scripts/gpu_image_guard.py "$site/_gpu_image_guard.py"
   echo "import _gpu_image_guard" >"$site/_gpu_image_guard.pth"
   PY="$venv/bin/python"
