@@ -84,6 +84,8 @@ class GraphTimer:
         per_program = READ_BLOCK * READ_ITERS
         self._flush_programs = -(-self._flush_src.numel() // per_program)
         self._flush_out = torch.empty(self._flush_programs, dtype=torch.float32, device=device)
+        self.flush()  # compiled and loaded now: no module load may happen during a capture
+        torch.cuda.synchronize()
 
     def flush(self) -> None:
         """Read the flush buffer once (evicts every line of the call's data from L2)."""
