@@ -4,6 +4,7 @@ kernel profile's refusal of eager CUDA figures (no GPU needed)."""
 from __future__ import annotations
 
 import json
+import json
 import os
 
 import torch
@@ -14,7 +15,6 @@ if not torch.cuda.is_available():  # the first kernel test module to import trit
 import pytest  # noqa: E402
 
 from harness.engine.cost_profiles import load_kernel_profile  # noqa: E402
-from harness.errors import ConfigError  # noqa: E402
 from pagebench.kernels.bench_inputs import flex_call, make_contiguous_inputs, make_paged_layout, sdpa_call  # noqa: E402
 from pagebench.kernels.bench_results import check_targets, row_of  # noqa: E402
 from pagebench.kernels.bench_spec import HeadConfig  # noqa: E402
@@ -78,20 +78,16 @@ def test_flex_attention_runs_on_gqa_and_agrees_with_sdpa(heads):
     torch.testing.assert_close(call(), expect, atol=1e-5, rtol=1e-5)
 
 
-def _results(tmp_path, **top):
-    row = {"head_config": "t", "num_heads": 4, "num_kv_heads": 1, "head_dim": 16, "dtype": "float16", "batch": 1,
-           "context_len": 64, "block_size": 16, "paged_ms": 0.01, "contiguous_ms": 0.01,
-           "paged_frac_copy_bw": 0.5, "contiguous_frac_copy_bw": 0.6, "errors": None}
-    tmp_path.mkdir()
+def test_the_measured_kernel_profile_prices_with_the_graph_figure_not_the_launch(tmp_path):
+    """A row whose kernel takes 0.05 ms in a graph but 300 us as an eager call: the profile's
+    efficiency is the graph figure's bandwidth over the copy bandwidth."""
+    row = _row(8, 1024, 16, 0.05, 0.04, launch=300.0)
+    # K/V 2 x 8 x 1024 x 2 heads x 16 x 2 B = 1,048,576 B; q + out 2 x 8 x 8 x 16 x 2 B = 4,096 B
+    assert row["bytes"] == 1_052_672
     path = tmp_path / "kernel_results.json"
-    path.write_text(json.dumps({"schema": "pagebench.kernel_bench/1", "rows": [row], **top}))
-    return str(path)
-
-
-def test_the_kernel_profile_reads_graph_timed_and_cpu_results_and_refuses_eager_cuda(tmp_path):
+    path.write_text(json.dumps({"schema": "pagebench.kernel_bench/1", "timings": "cuda",
+                                "kernel_timing": "cuda_graph", "rows": [row]}))
     load_kernel_profile.cache_clear()
-    graph = load_kernel_profile("measured", _results(tmp_path / "g", timings="cuda", kernel_timing="cuda_graph"))
-    assert {p.efficiency for p in graph.points} == {0.5, 0.6}
-    assert load_kernel_profile("measured", _results(tmp_path / "c", timings="cpu")).points
-    with pytest.raises(ConfigError, match="eager, event-timed"):
-        load_kernel_profile("measured", _results(tmp_path / "e", timings="cuda"))
+    profile = load_kernel_profile("measured", str(path))
+    paged = next(p for p in profile.points if p.layout == "paged")
+    assert paged.efficiency == pytest.approx(1_052_672 / 0.05e-3 / 1e9)  # copy bandwidth 1 GB/s in _row
