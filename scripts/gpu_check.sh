@@ -54,7 +54,7 @@ fi
 install_pydeps 8
 make_importable
 stage imports 6 80 "$PY" -c "import hydra, omegaconf, torch, triton, pytest, harness.__main__, harness.tools.calibrate, \
-harness.tools.hostcost, pagebench.kernels.benchmark, pagebench.kernels.compile_check, pagebench.reports.render, \
+harness.tools.hostcost, hydra_plugins.pagebench_capacity, pagebench.kernels.benchmark, pagebench.kernels.compile_check, pagebench.reports.render, \
 pagebench.reports.kernel_figures; print('imports ok: hydra', hydra.__version__, 'omegaconf', omegaconf.__version__, \
 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__); \
 print('device:', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"

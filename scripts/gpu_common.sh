@@ -97,14 +97,16 @@ install_pydeps() {
 }
 
 # make_importable: the repository is a plain copy there (no install): build/gpu_pkgs holds
-# harness -> harness/ and pagebench/{allocators,kernels,reports} -> those folders (as
-# /work/tools/mkvenv.sh and pyproject.toml's package-dir map them), first on PYTHONPATH.
+# harness -> harness/, pagebench/{allocators,kernels,reports} -> those folders and
+# hydra_plugins/<plugin> -> hydra_plugins/<plugin> (as pyproject.toml's packages and
+# package-dir map them), first on PYTHONPATH.
 make_importable() {
   export GPU_PKGS="$REPO/build/gpu_pkgs"
-  rm -rf "$GPU_PKGS" && mkdir -p "$GPU_PKGS/pagebench"
+  rm -rf "$GPU_PKGS" && mkdir -p "$GPU_PKGS/pagebench" "$GPU_PKGS/hydra_plugins"
   ln -s "$REPO/harness" "$GPU_PKGS/harness"
   local p
   for p in allocators kernels reports; do ln -s "$REPO/$p" "$GPU_PKGS/pagebench/$p"; done
+  for p in "$REPO"/hydra_plugins/*/; do [ -d "$p" ] && ln -s "${p%/}" "$GPU_PKGS/hydra_plugins/$(basename "$p")"; done
   export PYTHONPATH="$GPU_PKGS:$PYTHONPATH"
   echo "=== [importable] harness and pagebench.* from $GPU_PKGS (symlinks to the checkout)" | tee -a "$LOG"
 }

@@ -16,20 +16,21 @@ import importlib.machinery
 import os
 import sys
 
-HIDDEN = {"hydra": "GPU_PYDEPS", "omegaconf": "GPU_PYDEPS", "antlr4": "GPU_PYDEPS",
-          "hydra_plugins": "GPU_PYDEPS", "harness": "GPU_PKGS", "pagebench": "GPU_PKGS"}
+HIDDEN = {"hydra": ("GPU_PYDEPS",), "omegaconf": ("GPU_PYDEPS",), "antlr4": ("GPU_PYDEPS",),
+          "hydra_plugins": ("GPU_PKGS", "GPU_PYDEPS"),  # a namespace: the project's sweeper + plugin wheels
+          "harness": ("GPU_PKGS",), "pagebench": ("GPU_PKGS",)}
 
 
 class ImageGuard:
-    """A meta-path finder: top-level HIDDEN packages only from the folder their variable names."""
+    """A meta-path finder: top-level HIDDEN packages only from the folders their variables name."""
 
     def find_spec(self, name, path=None, target=None):
         if "." in name or name not in HIDDEN:
             return None
-        folder = os.environ.get(HIDDEN[name])
-        spec = importlib.machinery.PathFinder.find_spec(name, [folder]) if folder else None
+        folders = [os.environ[v] for v in HIDDEN[name] if os.environ.get(v)]
+        spec = importlib.machinery.PathFinder.find_spec(name, folders) if folders else None
         if spec is None:
-            how = ("install the carried wheels, scripts/gpu_wheels.sh" if HIDDEN[name] == "GPU_PYDEPS"
+            how = ("install the carried wheels, scripts/gpu_wheels.sh" if HIDDEN[name] == ("GPU_PYDEPS",)
                    else "the checkout is importable only through gpu_common.sh make_importable")
             raise ModuleNotFoundError(f"No module named {name!r} (not in the H200 image: {how})", name=name)
         return spec
