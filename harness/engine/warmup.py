@@ -10,7 +10,8 @@ What a step launches, and what the warm-up runs for it:
   sampled-row counts;
 - the KV write, block copies, and the prefill and decode attention kernels. Triton
   compiles a kernel once per specialization of its integer arguments (a value of 1, a
-  multiple of 16, or any other) and the decode kernel autotunes per split-K mode; the one
+  multiple of 16, or any other) and the decode kernel compiles once per split-K mode (one fixed config per shape, no
+  autotuning: kernels/decode_plan.py); the one
   such argument that changes between steps is the block-table row stride (the step's
   widest table), so each kernel runs at a table width of each class (``index_widths``:
   1, 16 and 17 blocks, within ``max_model_len``) and, for decode, with and without split-K;
