@@ -10,9 +10,9 @@ What a step launches, and what the warm-up runs for it:
   sampled-row counts;
 - the KV write, block copies, and the prefill and decode attention kernels. Triton
   compiles a kernel once per specialization of its integer arguments (a value of 1, a
-  multiple of 16, or any other) and the decode kernel compiles once per split-K mode (one fixed config per shape, no
-  autotuning: kernels/decode_plan.py); the one
-  such argument that changes between steps is the block-table row stride (the step's
+  multiple of 16, or any other) and the decode kernel compiles once per split-K mode (one
+  fixed config per shape, no autotuning: kernels/decode_plan.py); the one such argument
+  that changes between steps is the block-table row stride (the step's
   widest table), so each kernel runs at a table width of each class (``index_widths``:
   1, 16 and 17 blocks, within ``max_model_len``) and, for decode, with and without split-K;
 - sampling (argmax over the vocabulary).
@@ -97,7 +97,7 @@ def _warm_kernels(executor, max_model_len: int) -> list[int]:
         prefill_attention(q, k_cache, v_cache, index, starts, ends, max_query_len=rows,
                           sliding_window=model.window, backend=backend)
         q = torch.zeros(2, model.num_heads, head_dim, dtype=model.dtype, device=device)
-        for splits in (1, 2):  # the decode kernel's SPLIT modes (each autotuned on CUDA)
+        for splits in (1, 2):  # the decode kernel's SPLIT modes (each its own compiled variant on CUDA)
             if executor.paged:
                 paged_decode_attention(q, k_cache, v_cache, index, ends, max_context_len=length,
                                        num_splits=splits, sliding_window=model.window, backend=backend)
