@@ -81,6 +81,11 @@ class HardwareSpec:
     host_profile: str | None = None
     compute_efficiency: float | None = None
     bandwidth_efficiency: float | None = None
+    # NVLink (tensor parallelism, ``harness.config.parallelism``): a GPU's bandwidth in one
+    # direction (GB/s; half the spec sheet's bidirectional figure) and how many GPUs one
+    # NVLink domain joins (an HGX board's 8); null = no NVLink (engine.tensor_parallel=1).
+    nvlink_gbps: float | None = None
+    nvlink_gpus: int = 1
 
     def validate(self, where: str) -> None:
         _require_str(self, where, "name", "kernel_profile")
@@ -90,6 +95,8 @@ class HardwareSpec:
                         rule=POSITIVE)
         _require_number(self, where, "compute_efficiency", "bandwidth_efficiency", rule=FRACTION,
                         optional=True)
+        _require_number(self, where, "nvlink_gbps", rule=POSITIVE, optional=True)
+        _require_int(self, where, "nvlink_gpus")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ earlier run's outputs aside all build them here, so they refuse the same configs
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from harness.config.specs import (GIB, MAX_KV_SLOTS, EngineSpec, HardwareSpec, M
 from harness.engine.executors import check_cost_profiles
 from harness.errors import ConfigError
 from harness.config.offload import check_offload
+from harness.config.parallelism import resolve_tensor_parallel, shard_model
 
 # The top-level keys every run builds from: deleting one (~seed) is refused.
 REQUIRED_KEYS = ("allocator", "block_size", "engine", "hardware", "model", "seed", "systems",
@@ -36,6 +38,9 @@ class RunSetup:
     max_model_len: int
     systems: list[SystemSpec]
     slo: SloSpec = SloSpec()  # the latency targets goodput counts against
+    # the model as configured; ``model`` is the part one GPU holds (the same object
+    # without tensor parallelism, harness.config.parallelism)
+    full_model: ModelSpec | None = None
 
 
 def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
@@ -70,6 +75,10 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
             f"{max_model_len}, so a long prompt could never be scheduled: raise "
             f"engine.max_num_batched_tokens, lower engine.max_model_len, or set "
             "engine.chunked_prefill=true")
+    full_model, engine = model, check_engine_parallelism(engine)
+    tp = resolve_tensor_parallel(model, hardware, engine, max_model_len)
+    engine = dataclasses.replace(engine, tensor_parallel=tp)
+    model = shard_model(model, tp)  # the model itself for tp = 1
     specs = select_systems(cfg["systems"] if systems is None else systems, cfg["allocator"],
                            block_size)
     check_systems_for_model(specs, model)
@@ -77,7 +86,26 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     check_offload(engine, specs, model)  # engine.offload: paged + prefix cache, sim, >= 1 block
     check_run_fits(parse_workload(cfg["workload"])[1])  # 10^9 requests: refused, not OOM-killed
     check_cost_profiles(engine, specs, model, hardware)  # the profile files, read and checked
-    return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs, slo)
+    return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs, slo,
+                    full_model)
+
+
+def check_engine_parallelism(engine: EngineSpec) -> EngineSpec:
+    """Tensor parallelism and replicas are the sim's, priced by the operator cost model:
+    engine=torch runs one engine on one device, and the roofline has no all-reduce term."""
+    if engine.executor == "torch":
+        for key, one in (("tensor_parallel", 1), ("replicas", 1)):
+            value = getattr(engine, key)
+            if value not in (one, "auto"):
+                raise ConfigError(f"engine.{key}={value}: the torch executor runs one engine on "
+                                  f"one device; set engine.{key}={one} or use engine=sim")
+        return dataclasses.replace(engine, tensor_parallel=1)
+    if engine.cost.model == "roofline" and engine.tensor_parallel not in (1, "auto"):
+        raise ConfigError(f"engine.tensor_parallel={engine.tensor_parallel}: the all-reduces are "
+                          "priced by the operator cost model; set engine.cost.model=operator")
+    if engine.cost.model == "roofline":
+        return dataclasses.replace(engine, tensor_parallel=1)
+    return engine
 
 
 def check_systems_for_model(systems: list[SystemSpec], model: ModelSpec) -> None:

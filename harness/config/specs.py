@@ -34,6 +34,8 @@ GIB = 1024**3
 MAX_KV_SLOTS = 2**31
 # What the top-level ``run`` key may select (harness/__main__.py dispatches on it).
 RUN_MODES = ("serve", "study", "kernels")
+# How engine.replicas share the requests (harness.engine.replicas).
+ROUTERS = ("round_robin", "least_outstanding")
 
 # What this module offers: its own specs and checks, and (re-exported, so that imports
 # from harness.config.specs keep working) the specs and checks of the modules above.
@@ -56,7 +58,7 @@ class EngineSpec:
     scheduling: str = "continuous"
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
-    chunked_prefill: bool = False
+    chunked_prefill: bool = True  # as vLLM V1; the paper's studies set false (vLLM v0.1)
     preemption: str = "recompute"
     gpu_memory_utilization: float = 0.9
     activation_reserve_gib: float = 2.0
@@ -65,6 +67,11 @@ class EngineSpec:
     max_model_len: int | None = None
     wall_time_limit_s: float | None = None
     fast_forward: bool = True
+    # GPUs a model is sharded over (harness.config.parallelism): auto = the smallest power
+    # of two that holds the weights and one max_model_len sequence; replicas behind a router
+    tensor_parallel: int | str = "auto"
+    replicas: int = 1
+    router: str = "round_robin"  # round_robin | least_outstanding
     cost: CostSpec = field(default_factory=CostSpec)
     # CPU / disk tiers behind the GPU prefix cache (harness.config.offload; 0 GiB = off)
     offload: OffloadSpec = field(default_factory=OffloadSpec)
@@ -108,6 +115,12 @@ class EngineSpec:
                  f"must be greedy or seeded, got {self.sampling!r}")
         _require_number(self, where, "telemetry_interval_s", hint=" (0 = no NVML telemetry)")
         _require_int(self, where, "cpu_threads", "profile_activation_tokens", optional=True)
+        _require(self.tensor_parallel == "auto" or _is_int(self.tensor_parallel)
+                 and self.tensor_parallel > 0, f"{where}.tensor_parallel",
+                 f"must be a positive integer or auto, got {self.tensor_parallel!r}")
+        _require_int(self, where, "replicas")
+        _require(self.router in ROUTERS, f"{where}.router",
+                 f"must be one of {', '.join(ROUTERS)}, got {self.router!r}")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ the same integers step by step (``decode_work``; the sliding layers' reads from
 
 from __future__ import annotations
 
+from harness.config.parallelism import AllReduceCost
 from harness.config.specs import CostSpec, HardwareSpec, ModelSpec
 from harness.engine.cost_layers import LayeredAttention, WindowSpan, decode_work
 from harness.engine.cost_operator import HOST_LINK_GBPS, PHASES, OperatorCostModel, step_seconds
@@ -38,8 +39,10 @@ class LayeredOperatorCostModel(OperatorCostModel):
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec, layout: str,
                  block_size: int | None, layers: LayeredAttention,
-                 swap_bandwidth_gbps: float = HOST_LINK_GBPS) -> None:
-        super().__init__(model, hardware, cost, layout, block_size, swap_bandwidth_gbps)
+                 swap_bandwidth_gbps: float = HOST_LINK_GBPS,
+                 allreduce: AllReduceCost | None = None) -> None:
+        super().__init__(model, hardware, cost, layout, block_size, swap_bandwidth_gbps,
+                         allreduce)
         self.layers = layers
         peak, bandwidth = self.peak_flops, self.bandwidth
         spec_bandwidth = hardware.hbm_bandwidth_gbps * 1e9

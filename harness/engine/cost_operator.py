@@ -22,6 +22,10 @@ after the other on the device's stream, then the host's work; nothing overlaps):
 * ``host``: the host profile's ``per_step_s + per_seq_s * scheduled sequences``
   (scheduling, input preparation, sampling, output processing).
 
+Under tensor parallelism (``engine.tensor_parallel`` = N) ``model`` is one GPU's shard
+(``harness.config.parallelism``) and ``linear`` adds the row-parallel layers' all-reduces:
+two a layer of the step's tokens' hidden states (``AllReduceCost.seconds(tokens)``).
+
 ``bandwidth`` and ``peak`` are the hardware profile's spec-sheet figures; the efficiencies
 are ``engine.cost``'s (or a calibrated profile's derived ones, as in the roofline).
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.config.parallelism import AllReduceCost
 from harness.config.specs import CostSpec, HardwareSpec, ModelSpec
 from harness.engine.cost_profiles import (DecodeEfficiency, decode_efficiency, load_host_profile,
                                           load_kernel_profile)
@@ -80,7 +85,10 @@ class OperatorCostModel:
     layers = None  # every layer full attention (cost_layered's models set their groups)
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, cost: CostSpec, layout: str,
-                 block_size: int | None, swap_bandwidth_gbps: float = HOST_LINK_GBPS) -> None:
+                 block_size: int | None, swap_bandwidth_gbps: float = HOST_LINK_GBPS,
+                 allreduce: AllReduceCost | None = None) -> None:
+        # NOTE: None (one GPU) adds no term, so the steps price bit for bit as before
+        self.allreduce = allreduce
         compute_eff, bandwidth_eff = hardware_efficiencies(hardware, cost)
         fitted = hardware.fitted_contiguous if layout == "contiguous" else None
         fitted = fitted or hardware.fitted
@@ -119,6 +127,8 @@ class OperatorCostModel:
         linear = tokens * self.token_s
         if linear < self.weights_s:
             linear = self.weights_s
+        if self.allreduce is not None:
+            linear += self.allreduce.seconds(tokens)
         if decode_seqs:
             per_slot = self.read_slot_at_constant_s
             if per_slot is None:
@@ -151,6 +161,8 @@ class OperatorCostModel:
         linear = num_seqs * self.token_s
         if linear < self.weights_s:
             linear = self.weights_s
+        if self.allreduce is not None:  # as in ``phases``
+            linear += self.allreduce.seconds(num_seqs)
         prefill, write = 0 * self.prefill_pair_s, num_seqs * self.write_slot_s
         copy, swap = 0 * self.copy_slot_s, 0 * self.swap_slot_s
         host = self.host_step_s + self.host_seq_s * num_seqs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.config.parallelism import AllReduceCost
 from harness.config.specs import (CostSpec, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
                             kv_capacity_slots)
 from harness.engine.cost_layered import LayeredOperatorCostModel, LayeredRooflineCostModel
@@ -27,7 +28,9 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
         offload = engine.offload
         load = (OffloadLoadCost(model.bytes_per_slot, offload.disk_read_gbps)
                 if offload.enabled else None)
-        return SimExecutor(make_cost_model(engine.cost, system, model, hardware), unit,
+        cost_model = make_cost_model(engine.cost, system, model, hardware,
+                                     tensor_parallel=engine.tensor_parallel)
+        return SimExecutor(cost_model, unit,
                            *page_costs, offload_load=load)
     if engine.executor == "torch":
         from harness.engine.torch_executor import TorchExecutor
@@ -39,22 +42,26 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
 
 
 def make_cost_model(cost: CostSpec, system: SystemSpec, model: ModelSpec,
-                    hardware: HardwareSpec) -> RooflineCostModel | OperatorCostModel:
+                    hardware: HardwareSpec, tensor_parallel: int = 1
+                    ) -> RooflineCostModel | OperatorCostModel:
     """``engine.cost.model``'s cost model for ``system`` (the operator model reads its
     layout and block size: the decode kernel's efficiency depends on them). A calibrated
     hardware profile measured on this model (``hardware.fitted``) prices with its fit,
     whichever model is selected: a measurement of this model beats either. A model whose
     layers are not all full attention gets the layered version of either
-    (``harness.engine.cost_layered``)."""
+    (``harness.engine.cost_layered``). With ``tensor_parallel`` > 1, ``model`` is one GPU's
+    shard and the operator model adds the all-reduces (``harness.config.parallelism``)."""
     from pagebench.allocators.registry import MANAGERS
 
     layout, page_tokens = MANAGERS[system.kind].kernel_layout(system, model)
     fitted = layout_fit(hardware, layout)
     layers = layered_attention(model)  # None: every layer full attention
     if cost.model == "operator" and not (fitted is not None and fitted.applies_to(model)):
+        allreduce = AllReduceCost.of(model, hardware, tensor_parallel)
         if layers is not None:
-            return LayeredOperatorCostModel(model, hardware, cost, layout, page_tokens, layers)
-        return OperatorCostModel(model, hardware, cost, layout, page_tokens)
+            return LayeredOperatorCostModel(model, hardware, cost, layout, page_tokens, layers,
+                                            allreduce=allreduce)
+        return OperatorCostModel(model, hardware, cost, layout, page_tokens, allreduce=allreduce)
     if layers is not None:
         return LayeredRooflineCostModel(model, hardware, cost, layers, layout=layout)
     return RooflineCostModel(model, hardware, cost, layout=layout)
@@ -66,7 +73,8 @@ def check_cost_profiles(engine: EngineSpec, systems: list[SystemSpec], model: Mo
     file and field), before a run touches its directory."""
     if engine.executor == "sim":
         for system in systems:
-            make_cost_model(engine.cost, system, model, hardware)
+            make_cost_model(engine.cost, system, model, hardware,
+                            tensor_parallel=engine.tensor_parallel)
 
 
 def executor_capacity_slots(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,

@@ -34,6 +34,7 @@ from harness.errors import ConfigError, did_you_mean
 from harness.metrics.latency import serving_metrics
 from harness.metrics.summaries import layer_group_summary, memory_summary, serving_summary
 from harness.config.offload import offload_figures, offload_summary
+from harness.config.parallelism import gpu_memory
 from harness.run.processes import fork_is_safe, forking, usable_cpus, worker_pool
 from harness.run.progress import ParallelBars, publish, shared_progress
 from harness.run.reuse import reuse_earlier
@@ -131,6 +132,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     model, hardware, engine = setup.model, setup.hardware, setup.engine
     block_size, seed, max_model_len, systems = (setup.block_size, setup.seed,
                                                 setup.max_model_len, setup.systems)
+    full = setup.full_model or model  # model: one GPU's shard (tensor parallelism)
     report = wants_report(cfg)
     # torch: from the real device (weights + profiled activations); sim: the hardware profile
     capacity = executor_capacity_slots(model, hardware, engine, max_model_len=max_model_len,
@@ -143,7 +145,10 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     show_progress = bool(cfg.get("progress", True))
     print(f"pagebench {__version__}: workload={workload.name} ({len(workload.requests)} requests) "
           f"model={model.name} hardware={hardware.name} executor={engine.executor} capacity={capacity} slots "
-          f"({capacity * model.bytes_per_slot / 2**30:.1f} GiB KV)", file=sys.stderr)
+          f"({capacity * model.bytes_per_slot / 2**30:.1f} GiB KV"
+          f"{' a GPU' if engine.tensor_parallel > 1 else ''})"
+          f"{f' tensor_parallel={engine.tensor_parallel}' if engine.tensor_parallel > 1 else ''}"
+          f"{f' replicas={engine.replicas}' if engine.replicas > 1 else ''}", file=sys.stderr)
     for line in _workload_notes(workload.summary.get("rows") or {}, max_model_len):
         print(f"note: {line}", file=sys.stderr)
 
@@ -156,12 +161,13 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
         "seed": seed,
         "block_size": block_size,
         "workload": workload.summary,
-        "model": {"name": model.name, "num_params": model.num_params,
-                  "bytes_per_slot": model.bytes_per_slot, "max_model_len": max_model_len,
-                  "kv_dtype": model.kv_dtype or model.dtype, "active_params": model.active_params,
-                  "layer_groups": [group.to_json() for group in model.layer_groups]},
+        "model": {"name": full.name, "num_params": full.num_params,
+                  "bytes_per_slot": full.bytes_per_slot, "max_model_len": max_model_len,
+                  "kv_dtype": full.kv_dtype or full.dtype, "active_params": full.active_params,
+                  "layer_groups": [group.to_json() for group in full.layer_groups]},
         "hardware": asdict(hardware),
         "capacity_slots": capacity,
+        "parallelism": gpu_memory(full, model, hardware, engine, engine.tensor_parallel, capacity),
         "systems": {},
     }
     run_info: dict[str, Any] = {
