@@ -57,6 +57,8 @@ class Capabilities:
     ``slot_bytes`` bytes (not the model's ``bytes_per_slot``), its breakdown's
     ``group_blocks`` counts the blocks each layer kind holds, and
     ``layer_group_report()`` gives its layout and per-kind counters for results.json.
+    block_residency: its blocks live in a ``BlockPool`` (``pool``), whose transitions
+    ``attach_residency(log)`` records (``pagebench.allocators.residency``).
     swaps: ``swap_out`` / ``swap_in`` move a sequence to CPU memory and back; without
     it (radix, paged_hybrid) a preemption under ``engine.preemption=swap`` recomputes,
     counted as ``manager_does_not_swap`` in results.json's ``recomputed_instead_of_swap``.
@@ -71,6 +73,7 @@ class Capabilities:
     slot_copies: bool = False
     layer_groups: bool = False
     swaps: bool = True
+    block_residency: bool = False
 
 
 @dataclass(frozen=True, slots=True)

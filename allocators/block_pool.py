@@ -33,9 +33,12 @@ from __future__ import annotations
 from array import array
 from itertools import islice
 from operator import itemgetter
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pagebench.allocators.residency import ResidencyLog
 
 _DEAD = -1  # a queue entry whose block was taken out of the queue (by ``touch``)
 _COMPACT_MIN = 4096  # drop the consumed head of the queue list once it is this long
@@ -55,7 +58,7 @@ class BlockPool:
     __slots__ = (
         "num_blocks", "num_free", "num_cached_free", "num_evictions", "ref_cnt", "_keys", "_cached",
         "_held", "_q", "_head", "_base", "_pos", "_dead", "_evicted", "_evicted_base",
-        "_ref_v", "_held_v", "_pos_v", "on_evict",
+        "_ref_v", "_held_v", "_pos_v", "on_evict", "residency",
     )
 
     def __init__(self, num_blocks: int) -> None:
@@ -83,6 +86,9 @@ class BlockPool:
         # Called with the keys of each allocation's evictions, in eviction order, before they
         # are dropped (an offload tier's ``store``); None: evicted keys are forgotten.
         self.on_evict: Callable[[list[int]], None] | None = None
+        # Told of every block taken, released and revived, on the engine's clock
+        # (``pagebench.allocators.residency``); None: nothing recorded.
+        self.residency: ResidencyLog | None = None
 
     def _views(self) -> None:
         """[n] numpy views of the ref count, ticket and flag buffers (which therefore never
@@ -166,6 +172,8 @@ class BlockPool:
         self._head = end
         self.num_free -= n
         ref = self.ref_cnt
+        if self.residency is not None:  # before the keys of the evicted blocks are dropped
+            self.residency.allocated(out, self._held)
         if self.num_cached_free:
             held, keys, cached, log = self._held, self._keys, self._cached, self._evicted
             if self.on_evict is not None:
@@ -217,6 +225,8 @@ class BlockPool:
         finally:
             self.num_free += freed
             self.num_cached_free += cached
+            if freed and self.residency is not None:
+                self.residency.released(q[len(q) - freed:])
 
     def _free_many(self, blocks: list[int]) -> None:
         """``free`` through the numpy views (many blocks)."""
@@ -227,7 +237,10 @@ class BlockPool:
         self._ref_v[index] = left
         freed = index if not left.any() else index[left == 0]  # NOTE: in order
         t = self._base + len(self._q)
-        self._q += freed.tolist()
+        released = freed.tolist()
+        self._q += released
+        if self.residency is not None:
+            self.residency.released(released)
         self._pos_v[freed] = np.arange(t, t + len(freed))
         self.num_free += len(freed)
         self.num_cached_free += int(np.count_nonzero(self._held_v[freed]))
@@ -261,6 +274,8 @@ class BlockPool:
                 ref[b] = r + 1
             cached = gather(self._held, taken).count(1)
         if len(taken):
+            if self.residency is not None:  # free blocks a prompt hit: cached ones
+                self.residency.revived(taken if isinstance(taken, list) else taken.tolist())
             self.num_free -= len(taken)
             self.num_cached_free -= cached
             self._dead += len(taken)

@@ -103,7 +103,8 @@ class PagedKVCacheManager:
         self.pool = BlockPool(num_blocks)
         self.stats = ManagerStats()
         self.capabilities = Capabilities(layout=self.tensor_layout, batched_decode=True, bulk_decode="paged",
-                                         prefix_cache=self.enable_prefix_caching)
+                                         prefix_cache=self.enable_prefix_caching,
+                                         block_residency=True)
         self._seqs: dict[int, _Seq] = {}
         self._cpu_free: list[int] = list(range(num_cpu_blocks - 1, -1, -1))  # pop() -> lowest id
         self._ledger = PartialBlockLedger(block_size)
@@ -123,6 +124,10 @@ class PagedKVCacheManager:
             raise ValueError("attach the offload tier before admitting sequences")
         self.offload = tiers
         self.pool.on_evict = tiers.store
+
+    def attach_residency(self, log) -> None:
+        """Record every block's transitions in ``log`` (a ``ResidencyLog``)."""
+        self.pool.residency = log
 
     # ---------------------------------------------------------------- queries
     def _get(self, seq_id: int) -> _Seq:

@@ -117,7 +117,8 @@ class HybridKVCacheManager:
         self.enable_prefix_caching = bool(enable_prefix_caching) and len(self._attention) == len(kinds)
         self.stats = ManagerStats()
         self.capabilities = Capabilities(layout=self.tensor_layout, layer_groups=True,
-                                         prefix_cache=self.enable_prefix_caching, swaps=False)
+                                         prefix_cache=self.enable_prefix_caching, swaps=False,
+                                         block_residency=True)
         self._primary = next((i for i in self._attention if kinds[i].kind != "sliding"),
                              self._attention[0])  # the kind slot_mapping maps
         self._ledgers = [KindLedger(k.tokens_per_block, layout.units(k.content_bytes),
@@ -130,6 +131,10 @@ class HybridKVCacheManager:
         self.cache = GroupPrefixCache(self.pool, kinds, self.enable_prefix_caching)
 
     # ---------------------------------------------------------------- queries
+    def attach_residency(self, log) -> None:
+        """Record every page's transitions in ``log`` (a ``ResidencyLog``)."""
+        self.pool.residency = log
+
     def _get(self, seq_id: int) -> _Seq:
         s = self._seqs.get(seq_id)
         if s is None:

@@ -120,6 +120,12 @@ def check_tensor_parallel(model: ModelSpec, hardware: HardwareSpec, tp: int) -> 
                           f"was measured on one GPU running {model.name}; use tensor_parallel=1")
 
 
+def degree(engine) -> int:
+    """``engine.tensor_parallel`` as run_setup resolved it; an unresolved ``auto`` (a spec
+    built without ``run_setup``, as tests and tools do) is one GPU."""
+    return engine.tensor_parallel if isinstance(engine.tensor_parallel, int) else 1
+
+
 def powers_of_two(limit: int) -> list[int]:
     """1, 2, 4, ... up to ``limit``."""
     return [1 << i for i in range(max(limit, 1).bit_length()) if 1 << i <= limit]

@@ -72,6 +72,9 @@ class EngineSpec:
     tensor_parallel: int | str = "auto"
     replicas: int = 1
     router: str = "round_robin"  # round_robin | least_outstanding
+    # record each KV block's lifetime, idle time before eviction and reuse gap (paged
+    # systems; harness.metrics.residency): results.json's kv_residency
+    kv_residency: bool = True
     cost: CostSpec = field(default_factory=CostSpec)
     # CPU / disk tiers behind the GPU prefix cache (harness.config.offload; 0 GiB = off)
     offload: OffloadSpec = field(default_factory=OffloadSpec)
@@ -97,7 +100,7 @@ class EngineSpec:
                  "must be 'recompute' or 'swap'")
         _require_int(self, where, "max_num_seqs", "max_num_batched_tokens")
         _require_bool(self, where, "chunked_prefill", "fast_forward", "block_tables_on_device",
-                      "cuda_graphs")
+                      "cuda_graphs", "kv_residency")
         _require_number(self, where, "gpu_memory_utilization", rule=FRACTION)
         _require_number(self, where, "activation_reserve_gib", "swap_space_gib")
         _require_int(self, where, "kv_capacity_slots", optional=True, maximum=MAX_KV_SLOTS,

@@ -10,7 +10,8 @@ from harness.config.specs import GIB, EngineSpec, ModelSpec, SystemSpec
 def build_manager(system: SystemSpec, capacity_slots: int, model: ModelSpec, engine: EngineSpec,
                   max_model_len: int):
     """The KV manager of ``system`` over ``capacity_slots`` device slots (+ CPU swap space,
-    + the offload tiers of ``engine.offload``, which ``check_offload`` allowed)."""
+    + the offload tiers of ``engine.offload``, which ``check_offload`` allowed; + a block
+    residency log with ``engine.kv_residency``)."""
     cpu_slots = int(engine.swap_space_gib * GIB // model.bytes_per_slot)
     manager = MANAGERS[system.kind].from_system(system, capacity_slots, cpu_slots, max_model_len,
                                                 model)
@@ -19,4 +20,8 @@ def build_manager(system: SystemSpec, capacity_slots: int, model: ModelSpec, eng
 
         cpu_blocks, disk_blocks = engine.offload.tier_blocks(system.block_size * model.bytes_per_slot)
         manager.attach_offload(OffloadTiers(cpu_blocks, disk_blocks))
+    if engine.kv_residency and manager.capabilities.block_residency:
+        from pagebench.allocators.residency import ResidencyLog
+
+        manager.attach_residency(ResidencyLog(manager.num_blocks))
     return manager

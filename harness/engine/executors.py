@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.config.parallelism import AllReduceCost
+from harness.config.parallelism import AllReduceCost, degree
 from harness.config.specs import (CostSpec, EngineSpec, HardwareSpec, ModelSpec, SystemSpec,
                             kv_capacity_slots)
 from harness.engine.cost_layered import LayeredOperatorCostModel, LayeredRooflineCostModel
@@ -29,7 +29,7 @@ def make_executor(engine: EngineSpec, system: SystemSpec, model: ModelSpec,
         load = (OffloadLoadCost(model.bytes_per_slot, offload.disk_read_gbps)
                 if offload.enabled else None)
         cost_model = make_cost_model(engine.cost, system, model, hardware,
-                                     tensor_parallel=engine.tensor_parallel)
+                                     tensor_parallel=degree(engine))
         return SimExecutor(cost_model, unit,
                            *page_costs, offload_load=load)
     if engine.executor == "torch":
@@ -74,7 +74,7 @@ def check_cost_profiles(engine: EngineSpec, systems: list[SystemSpec], model: Mo
     if engine.executor == "sim":
         for system in systems:
             make_cost_model(engine.cost, system, model, hardware,
-                            tensor_parallel=engine.tensor_parallel)
+                            tensor_parallel=degree(engine))
 
 
 def executor_capacity_slots(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,

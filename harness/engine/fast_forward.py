@@ -268,8 +268,10 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     else:  # NOTE: only the count is read (nothing is keyed on token ids)
         decode_synthetic(seqs, generated, span)
         kv_tokens = [range(span)] * num_seqs
-    if shared_keys:
-        _commit_in_step_order(manager, seqs, kv_tokens, written, bs)
+    residency = manager.pool.residency if paged and manager.capabilities.block_residency else None
+    if shared_keys or residency is not None:  # (residency: each block taken at its step's start)
+        _commit_in_step_order(manager, seqs, kv_tokens, written, bs, residency, starts,
+                              end_time)
     elif manager.append_batch(seq_ids, kv_tokens, []) < num_seqs:
         # NOTE: every new key is unique: the order of the appends does not matter
         raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
@@ -322,7 +324,8 @@ def _first_prefix_growth(scheduler: Scheduler, manager: PagedBulkDecode, seqs: l
 
 def _commit_in_step_order(manager: PagedBulkDecode, seqs: list[Sequence],
                           span_tokens: list[range | list[int]], written: np.ndarray,
-                          bs: int) -> None:
+                          bs: int, residency=None, starts: list[float] | None = None,
+                          end_time: float = 0.0) -> None:
     """Append each sequence's span tokens so that every block allocation (which may evict
     a cached block) and every registration of a filled block happens in the order the
     step-by-step run does them: by step, then in running order.
@@ -330,7 +333,9 @@ def _commit_in_step_order(manager: PagedBulkDecode, seqs: list[Sequence],
     NOTE: when two blocks get the same key that order decides which one keeps it (one
     block per key), and whether a cached block holding it is evicted first. Between two
     such events of a sequence its appends stay inside its last block, so one ``append``
-    call per event (plus one for the rest) reproduces the order exactly.
+    call per event (plus one for the rest) reproduces the order exactly. With a
+    ``residency`` log its clock is each step's start (``starts``) as its blocks are taken,
+    then the span's end.
     """
     # append j (1-based) writes position written[:, j-1] - 1: a new block when that
     # position starts one, a full block when written is a multiple of bs
@@ -339,6 +344,8 @@ def _commit_in_step_order(manager: PagedBulkDecode, seqs: list[Sequence],
     done = [0] * len(seqs)
     append = manager.append
     for j, i in zip(steps.tolist(), order.tolist()):
+        if residency is not None:
+            residency.now = starts[j]
         upto = j + 1
         if append(seqs[i].seq_id, span_tokens[i][done[i]:upto]) is None:
             raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
@@ -346,6 +353,8 @@ def _commit_in_step_order(manager: PagedBulkDecode, seqs: list[Sequence],
     for seq, tokens, count in zip(seqs, span_tokens, done):
         if count < len(tokens):
             append(seq.seq_id, tokens[count:])
+    if residency is not None:
+        residency.now = end_time
 
 
 def _paged_partial(written: np.ndarray, finals: np.ndarray, bs: int) -> tuple[np.ndarray, np.ndarray]:

@@ -64,10 +64,17 @@ class Scheduler:
         # The simulated time the next schedule()'s step starts at (the engine sets it): a
         # group that produces no token in that step records it (SequenceGroup.token_breaks)
         self.step_start = 0.0
+        # the block pool's residency log (pagebench.allocators.residency), whose clock this
+        # keeps: a step is scheduled at the later of the last step's end and the arrivals
+        # queued since, and postprocessed at its end
+        self._residency = (manager.pool.residency if manager.capabilities.block_residency
+                           else None)
 
     # ------------------------------------------------------------------ queues
     def add(self, group: SequenceGroup) -> None:
         self.waiting.append(group)
+        if self._residency is not None and group.request.arrival_time > self._residency.now:
+            self._residency.now = group.request.arrival_time
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
@@ -413,6 +420,8 @@ class Scheduler:
         ``sampled`` maps seq_id -> generated token (torch executor); None uses the
         sim's deterministic synthetic tokens. Returns the groups that finished.
         """
+        if self._residency is not None:
+            self._residency.now = now
         # Groups to look at after sampling, in chunk order (the order finished ones are
         # freed): single-sequence groups that just finished, and every multi-sequence
         # group that sampled (its beams may need re-selecting).
@@ -488,6 +497,8 @@ class Scheduler:
         fast-forwarded decode step), in running order, as ``postprocess`` frees them.
         ``candidates``: the running groups that may have finished, in running order
         (default: every running group)."""
+        if self._residency is not None:
+            self._residency.now = now
         finished = []
         for group in self.running if candidates is None else candidates:
             seqs = group.seqs

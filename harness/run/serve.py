@@ -32,9 +32,10 @@ from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
 from harness.metrics.latency import serving_metrics
+from harness.metrics.residency import residency_summary
 from harness.metrics.summaries import layer_group_summary, memory_summary, serving_summary
 from harness.config.offload import offload_figures, offload_summary
-from harness.config.parallelism import gpu_memory
+from harness.config.parallelism import degree, gpu_memory
 from harness.run.processes import fork_is_safe, forking, usable_cpus, worker_pool
 from harness.run.progress import ParallelBars, publish, shared_progress
 from harness.run.reuse import reuse_earlier
@@ -146,8 +147,8 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     print(f"pagebench {__version__}: workload={workload.name} ({len(workload.requests)} requests) "
           f"model={model.name} hardware={hardware.name} executor={engine.executor} capacity={capacity} slots "
           f"({capacity * model.bytes_per_slot / 2**30:.1f} GiB KV"
-          f"{' a GPU' if engine.tensor_parallel > 1 else ''})"
-          f"{f' tensor_parallel={engine.tensor_parallel}' if engine.tensor_parallel > 1 else ''}"
+          f"{' a GPU' if degree(engine) > 1 else ''})"
+          f"{f' tensor_parallel={degree(engine)}' if degree(engine) > 1 else ''}"
           f"{f' replicas={engine.replicas}' if engine.replicas > 1 else ''}", file=sys.stderr)
     for line in _workload_notes(workload.summary.get("rows") or {}, max_model_len):
         print(f"note: {line}", file=sys.stderr)
@@ -167,7 +168,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
                   "layer_groups": [group.to_json() for group in full.layer_groups]},
         "hardware": asdict(hardware),
         "capacity_slots": capacity,
-        "parallelism": gpu_memory(full, model, hardware, engine, engine.tensor_parallel, capacity),
+        "parallelism": gpu_memory(full, model, hardware, engine, degree(engine), capacity),
         "systems": {},
     }
     run_info: dict[str, Any] = {
@@ -497,6 +498,9 @@ def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
             "hit_rate": round(scheduler.prompt_tokens_cached / queried, 6) if queried else None,
             "readmission_hit_tokens": scheduler.readmission_tokens_cached,
         },
+        **({"kv_residency": residency_summary(manager.pool.residency, manager.pool)}
+           if manager.capabilities.block_residency and manager.pool.residency is not None
+           else {}),
         "rejected_reasons": dict(sorted(run.rejected.items())),
         "output_digest": run.output_digest,
         "complete": run.complete,
