@@ -22,6 +22,7 @@ from pagebench.reports.layer_groups import layer_group_parts
 from pagebench.reports.metrics import energy_per_token_j, waste_pct
 from pagebench.reports.offload_section import offload_table
 from pagebench.reports.serving_metrics import serving_metrics_section
+from pagebench.reports.residency_section import residency_parts
 from pagebench.reports.rundata import RunData, load_run
 from pagebench.reports.telemetry import telemetry_figure
 
@@ -167,6 +168,7 @@ def _memory_section(run: RunData, colors: dict[str, str]) -> list[str | PendingF
         "sharer); the hit rate counts prompt tokens served from the prefix cache, re-admissions "
         "after a preemption included. n/a: the system cannot share blocks (contiguous) or has "
         "no prefix cache."))
+    parts += residency_parts(systems, colors)
     return parts
 
 

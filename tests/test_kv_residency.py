@@ -104,3 +104,18 @@ def test_fast_forward_gives_the_same_residency_on_chat_with_evictions(capacity):
     fast = run(_chat_requests(1), system, engine_spec(fast_forward=True, **spec))
     assert _residency(slow) == _residency(fast)
     assert len(_residency(fast)[1]) > 0 and len(_residency(fast)[2]) > 0  # evictions and hits
+
+
+def test_the_report_shows_a_table_and_histograms_for_the_systems_that_recorded():
+    from pagebench.reports.residency_section import residency_histograms, residency_parts
+    pool = BlockPool(2)
+    log = pool.residency = ResidencyLog(2)
+    pool.allocate(2)
+    log.now = 1.0
+    pool.free([1, 0])
+    systems = {"paged": {"kv_residency": residency_summary(log, pool)}, "max": {}}
+    parts = residency_parts(systems, {"paged": "C0"})
+    assert "residency-table" in parts[2] and ">2<" in parts[2]  # two lifetime samples
+    assert residency_parts({"max": {}}, {}) == []
+    fig = residency_histograms({"paged": systems["paged"]["kv_residency"]}, {"paged": "C0"})
+    assert len(fig.axes) == 3
