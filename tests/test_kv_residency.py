@@ -4,6 +4,8 @@ the same figures with fast-forward on and off."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -34,7 +36,7 @@ def test_a_small_pool_against_a_hand_trace():
     pool.free([0, 1, 3, 2])
     # block 0 in use since its hit at 2.0; 1, 2, 3 since 4.0
     assert list(log.lifetimes) == [1.5, 1.5, 5.0, 3.0, 3.0, 3.0]
-    summary = residency_summary(log, pool)
+    summary = residency_summary([SimpleNamespace(pool=pool)])
     assert summary["cached_free_at_end"] == 1 and summary["in_use_at_end"] == 0
     assert summary["kv_block_lifetime_seconds"]["count"] == 6
     assert summary["kv_block_lifetime_seconds"]["p50"] == 3.0  # numpy's linear percentile
@@ -113,7 +115,7 @@ def test_the_report_shows_a_table_and_histograms_for_the_systems_that_recorded()
     pool.allocate(2)
     log.now = 1.0
     pool.free([1, 0])
-    systems = {"paged": {"kv_residency": residency_summary(log, pool)}, "max": {}}
+    systems = {"paged": {"kv_residency": residency_summary([SimpleNamespace(pool=pool)])}, "max": {}}
     parts = residency_parts(systems, {"paged": "C0"})
     assert "residency-table" in parts[2] and ">2<" in parts[2]  # two lifetime samples
     assert residency_parts({"max": {}}, {}) == []

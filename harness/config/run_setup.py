@@ -100,6 +100,9 @@ def check_engine_parallelism(engine: EngineSpec) -> EngineSpec:
                 raise ConfigError(f"engine.{key}={value}: the torch executor runs one engine on "
                                   f"one device; set engine.{key}={one} or use engine=sim")
         return dataclasses.replace(engine, tensor_parallel=1)
+    if engine.replicas > 1 and engine.offload.enabled:
+        raise ConfigError(f"engine.replicas={engine.replicas}: the offload tiers are modelled for "
+                          "one engine; set engine.replicas=1 or engine.offload.cpu_gib=0")
     if engine.cost.model == "roofline" and engine.tensor_parallel not in (1, "auto"):
         raise ConfigError(f"engine.tensor_parallel={engine.tensor_parallel}: the all-reduces are "
                           "priced by the operator cost model; set engine.cost.model=operator")

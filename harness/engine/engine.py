@@ -59,6 +59,7 @@ class EngineRun:
     fit_range: dict | None = None  # sim on a calibrated profile: the steps beyond its range
     cost_model: dict | None = None  # sim: the cost model and profiles that priced the steps
     offload: dict | None = None  # engine.offload on: the tiers' figures (harness.config.offload)
+    replica_managers: list | None = None  # engine.replicas > 1: each replica's KV manager
 
 
 def rejection_reason(request: Request, scheduler: Scheduler, spec: EngineSpec,

@@ -5,6 +5,7 @@ lifetime, idle time before eviction and reuse gap that a system's ``ResidencyLog
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import numpy as np
@@ -36,11 +37,18 @@ def distribution(samples) -> dict[str, Any]:
             "max": top, "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
 
 
-def residency_summary(log, pool) -> dict[str, Any]:
-    """``kv_residency`` of one system: each metric's distribution, and the blocks still in
-    use or cached at the end (intervals the run did not close, left out of the samples)."""
-    summary: dict[str, Any] = {name: distribution(getattr(log, attr))
-                               for name, (attr, _) in METRICS.items()}
-    summary["in_use_at_end"] = pool.num_blocks - pool.num_free
-    summary["cached_free_at_end"] = pool.num_cached_free
+def residency_summary(managers: list) -> dict[str, Any]:
+    """``kv_residency`` of one system (its managers: one a replica, each with a block pool
+    and its ``ResidencyLog``): each metric's distribution over every replica's samples, and
+    the blocks still in use or cached at the end (intervals the run did not close, left out
+    of the samples)."""
+    pools = [manager.pool for manager in managers]
+    summary: dict[str, Any] = {}
+    for name, (attr, _) in METRICS.items():
+        samples = array("d")
+        for pool in pools:
+            samples.extend(getattr(pool.residency, attr))
+        summary[name] = distribution(samples)
+    summary["in_use_at_end"] = sum(pool.num_blocks - pool.num_free for pool in pools)
+    summary["cached_free_at_end"] = sum(pool.num_cached_free for pool in pools)
     return summary

@@ -412,6 +412,11 @@ def _run_system(system: SystemSpec, context: RunContext, show_progress: bool,
 def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareSpec,
              engine: EngineSpec, capacity: int, max_model_len: int, seed: int,
              show_progress: bool, stop_requested=None, on_progress=None) -> EngineRun:
+    if engine.replicas > 1:  # (sim only: run_setup refuses replicas on the torch executor)
+        from harness.engine.replicas import run_replicated
+
+        return run_replicated(system, workload.requests, model, hardware, engine, capacity,
+                              max_model_len, seed, stop_requested)
     manager = build_manager(system, capacity, model, engine, max_model_len)
     scheduler = Scheduler(manager, engine, seed=seed)
     executor = make_executor(engine, system, model, hardware, manager, seed=seed,
@@ -498,7 +503,7 @@ def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
             "hit_rate": round(scheduler.prompt_tokens_cached / queried, 6) if queried else None,
             "readmission_hit_tokens": scheduler.readmission_tokens_cached,
         },
-        **({"kv_residency": residency_summary(manager.pool.residency, manager.pool)}
+        **({"kv_residency": residency_summary(run.replica_managers or [manager])}
            if manager.capabilities.block_residency and manager.pool.residency is not None
            else {}),
         "rejected_reasons": dict(sorted(run.rejected.items())),
