@@ -177,13 +177,17 @@ def resolve_tensor_parallel(model: ModelSpec, hardware: HardwareSpec, engine,
     weights fit, else a refusal naming the degree that would fit."""
     from harness.config.specs import kv_capacity_slots
 
+    usable = (hardware.memory_gib * engine.gpu_memory_utilization
+              - engine.activation_reserve_gib) * GIB
+
     def capacity(tp: int) -> int | None:
+        """One GPU's KV slots on ``tp`` GPUs, None when its weights leave no slot."""
         if shard_problem(model, tp) is not None:
             return None
-        try:
-            return kv_capacity_slots(shard_model(model, tp), hardware, engine)
-        except ConfigError:
+        shard = shard_model(model, tp)
+        if usable - shard.weight_bytes < shard.bytes_per_slot:
             return None
+        return kv_capacity_slots(shard, hardware, engine)
 
     requested = engine.tensor_parallel
     if requested != "auto":
@@ -218,15 +222,17 @@ def _no_fit(model: ModelSpec, hardware: HardwareSpec, engine, requested) -> str:
     shard = shard_model(model, shard_tp)
     head = (f"{where}: model={model.name} does not fit hardware={hardware.name}: "
             f"{shard.weight_bytes / GIB:,.1f} GiB of weights a GPU at tensor_parallel={shard_tp} "
-            f"against {usable:,.1f} GiB usable ({hardware.memory_gib} GiB x engine.gpu_memory_utilization="
-            f"{engine.gpu_memory_utilization} - engine.activation_reserve_gib="
+            f"against {usable:,.1f} GiB usable ({hardware.memory_gib} GiB x "
+            f"engine.gpu_memory_utilization={engine.gpu_memory_utilization} - "
+            f"engine.activation_reserve_gib="
             f"{engine.activation_reserve_gib})")
     if need is None:
         return head + "; no tensor-parallel degree holds them: choose a larger hardware profile"
     per_gpu = shard_model(model, need).weight_bytes / GIB
     domain = hardware.nvlink_gpus if hardware.nvlink_gbps is not None else 1
     if need <= domain:
-        return f"{head}. It fits tensor_parallel={need} ({per_gpu:,.1f} GiB a GPU): set engine.tensor_parallel={need}"
+        return (f"{head}. It fits tensor_parallel={need} ({per_gpu:,.1f} GiB a GPU): set "
+                f"engine.tensor_parallel={need}")
     return (f"{head}. It needs tensor_parallel={need} ({per_gpu:,.1f} GiB a GPU), more GPUs than "
             f"one NVLink domain of {hardware.name} joins ({domain}): choose a larger hardware "
             "profile (or set engine.kv_capacity_slots to size the pool yourself)")
