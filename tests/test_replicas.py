@@ -89,6 +89,7 @@ def test_a_run_with_replicas_reports_its_gpus_and_each_request_replica(run_cli, 
     table = pd.read_csv(tmp_path / "requests_paged.csv")
     assert set(table["replica"]) == {0, 1}
     assert results["systems"]["paged"]["kv_residency"]["kv_block_lifetime_seconds"]["count"] > 0
+    assert results["systems"]["paged"]["serving"]["mean_itl_ms"] > 0  # ITL: each replica's steps
 
 
 @pytest.mark.parametrize("args, message", [

@@ -88,6 +88,7 @@ class _Replica:
                 continue
             if self.now >= horizon:
                 return
+            scheduler.step_start = self.now
             plan = scheduler.schedule()
             if plan.is_empty:
                 if self.pending and not scheduler.running:
@@ -103,6 +104,8 @@ class _Replica:
             memory = scheduler.manager.breakdown(plan.memory_blocked)
             for group in scheduler.postprocess(plan, self.now, sampled):
                 self.recorder.record_request(_request_row(group.request, group, "finished"))
+                if group.token_breaks:
+                    self.recorder.token_breaks[group.request.request_id] = group.token_breaks
                 self.digests[group.request.request_id] = _tokens_digest(group)
                 self.groups.pop(group.request.request_id, None)
                 self.finish_times.append(self.now)
@@ -170,6 +173,8 @@ class MergedRecorder:
         replica_of = {r.request_id: c for r, c in zip(requests, chosen)}
         table.insert(1, "replica", table["request_id"].map(replica_of))
         self._requests = table.sort_values("request_id", kind="stable").reset_index(drop=True)
+        # request id -> its token breaks (harness.metrics.latency): ids are unique across replicas
+        self.token_breaks = {k: v for run in runs for k, v in run.recorder.token_breaks.items()}
 
     def step_table(self) -> pd.DataFrame:
         return self._steps

@@ -66,6 +66,11 @@ def inter_token_latencies(steps: pd.DataFrame, requests: pd.DataFrame,
     """Every gap between consecutive output tokens of the finished single-sequence
     requests, in seconds: [sum of (n - 1)] float64 (the requests without token breaks
     first, in table order, then the others)."""
+    if "replica" in steps.columns:  # engine.replicas (harness.engine.replicas): each its own steps
+        return np.concatenate([np.zeros(0)] + [
+            inter_token_latencies(steps[steps["replica"] == r].drop(columns="replica"),
+                                  requests[requests["replica"] == r], token_breaks)
+            for r in sorted(set(steps["replica"]))])
     done = requests[(requests["status"] == "finished") & (requests["num_seqs"] == 1)]
     if not len(done) or not len(steps):
         return np.zeros(0)
