@@ -237,10 +237,9 @@ class BlockPool:
         self._ref_v[index] = left
         freed = index if not left.any() else index[left == 0]  # NOTE: in order
         t = self._base + len(self._q)
-        released = freed.tolist()
-        self._q += released
+        self._q += freed.tolist()
         if self.residency is not None:
-            self.residency.released(released)
+            self.residency.released(freed)
         self._pos_v[freed] = np.arange(t, t + len(freed))
         self.num_free += len(freed)
         self.num_cached_free += int(np.count_nonzero(self._held_v[freed]))

@@ -18,39 +18,81 @@ which the scheduler sets: a step's allocations at its start, its frees at its en
 
 Uncached free blocks hold nothing to evict or reuse: their time free gives no sample.
 Every sample is exact on the simulated clock, a plain float difference; the log is pure
-Python and costs three list appends per block transition.
+Python (numpy for a long release) and costs an append per block transition.
 """
 
 from __future__ import annotations
 
 from array import array
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+_BULK_MIN = 32  # from this many blocks on, ``released`` works on them at once (numpy)
 
 
 class ResidencyLog:
     """Per-block start times and the three sample lists (see the module docstring)."""
 
-    __slots__ = ("now", "_since", "lifetimes", "idle_before_evict", "reuse_gaps")
+    __slots__ = ("now", "_since", "_since_v", "lifetimes", "idle_before_evict", "reuse_gaps",
+                 "_span")
 
     def __init__(self, num_blocks: int) -> None:
         self.now = 0.0  # the current time (set by the engine's scheduler)
-        self._since = [0.0] * num_blocks  # when each block entered its state
+        self._since = array("d", bytes(8 * num_blocks))  # [n] when each block entered its state
+        self._since_v = np.frombuffer(self._since, dtype=np.float64)  # [n] the same memory
         self.lifetimes = array("d")
         self.idle_before_evict = array("d")
         self.reuse_gaps = array("d")
+        self._span: tuple[Iterator[float], Iterator[float]] | None = None  # see ``span``
+
+    def span(self, evicted_at: list[float], taken_at: list[float]) -> None:
+        """The next pops are a fast-forwarded span's, taken for its sequences one after the
+        other (``append_batch``) rather than step by step: the k-th popped block leaves the
+        queue at ``evicted_at[k]`` (the k-th allocation in step order, as the step-by-step
+        run pops it) and is in use from ``taken_at[k]`` (its own sequence's step). The
+        blocks then differ from the step-by-step run's, their samples do not: a block's
+        history follows its owner and its place in the queue. Ends at ``end_span``."""
+        self._span = (iter(evicted_at), iter(taken_at))
+
+    def end_span(self, now: float) -> None:
+        self._span, self.now = None, now
 
     def allocated(self, blocks: Iterable[int], cached: Sequence[int]) -> None:
         """``blocks`` popped from the free queue now; ``cached[b]`` is true for a block that
         still held its key (it is evicted)."""
-        now, since, idle = self.now, self._since, self.idle_before_evict
+        since, idle = self._since, self.idle_before_evict
+        if self._span is not None:
+            evicted_at, taken_at = self._span
+            for b in blocks:
+                out = next(evicted_at)
+                if cached[b]:
+                    idle.append(out - since[b])
+                since[b] = next(taken_at)
+            return
+        now = self.now
         for b in blocks:
             if cached[b]:
                 idle.append(now - since[b])
             since[b] = now
 
-    def released(self, blocks: Iterable[int]) -> None:
-        """``blocks`` whose ref count fell to 0 now."""
-        now, since, lifetimes = self.now, self._since, self.lifetimes
+    def __getstate__(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__ if name != "_since_v"}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._since_v = np.frombuffer(self._since, dtype=np.float64)
+
+    def released(self, blocks: Sequence[int] | np.ndarray) -> None:
+        """``blocks`` whose ref count fell to 0 now (many at once: an ndarray or list)."""
+        now = self.now
+        if len(blocks) >= _BULK_MIN:
+            index = np.asarray(blocks, dtype=np.int64)  # [len(blocks)]
+            self.lifetimes.frombytes((now - self._since_v[index]).tobytes())
+            self._since_v[index] = now
+            return
+        since, lifetimes = self._since, self.lifetimes
         for b in blocks:
             lifetimes.append(now - since[b])
             since[b] = now

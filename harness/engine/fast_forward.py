@@ -269,12 +269,18 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         decode_synthetic(seqs, generated, span)
         kv_tokens = [range(span)] * num_seqs
     residency = manager.pool.residency if paged and manager.capabilities.block_residency else None
-    if shared_keys or residency is not None:  # (residency: each block taken at its step's start)
+    if shared_keys:
         _commit_in_step_order(manager, seqs, kv_tokens, written, bs, residency, starts,
                               end_time)
-    elif manager.append_batch(seq_ids, kv_tokens, []) < num_seqs:
-        # NOTE: every new key is unique: the order of the appends does not matter
-        raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
+    else:
+        timed = residency is not None and taken[-1] > 0  # (no block taken: no time to give)
+        if timed:  # the blocks' times, as the step-by-step run takes them
+            residency.span(*_allocation_times(written, bs, starts))
+        if manager.append_batch(seq_ids, kv_tokens, []) < num_seqs:
+            # NOTE: every new key is unique: the order of the appends does not matter
+            raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
+        if residency is not None:
+            residency.end_span(end_time)
 
     finished: list[SequenceGroup] = []
     if finishing:  # the groups of the sequences done now (all of a group's: no beams here)
@@ -355,6 +361,16 @@ def _commit_in_step_order(manager: PagedBulkDecode, seqs: list[Sequence],
             append(seq.seq_id, tokens[count:])
     if residency is not None:
         residency.now = end_time
+
+
+def _allocation_times(written: np.ndarray, bs: int, starts: list[float]
+                      ) -> tuple[list[float], list[float]]:
+    """The start times of a span's block allocations (an append that starts a block), in
+    step order (then running order: the step-by-step run's pops) and in sequence order
+    (``append_batch``'s: each sequence's blocks by step)."""
+    events = (written - 1) % bs == 0  # [num_seqs, span]
+    at = np.asarray(starts)
+    return at[np.nonzero(events.T)[0]].tolist(), at[np.nonzero(events)[1]].tolist()
 
 
 def _paged_partial(written: np.ndarray, finals: np.ndarray, bs: int) -> tuple[np.ndarray, np.ndarray]:
