@@ -11,9 +11,8 @@ from pagebench.allocators.block_pool import BlockPool
 from pagebench.allocators.paged import PagedKVCacheManager
 
 ROOT = Path(__file__).resolve().parents[1]
-# (no residency log: with one, fast-forward appends block by block instead of append_batch)
 SMALL = ["workload=docqa", "workload.num_requests=30", "workload.num_samples=2",
-         "engine.kv_capacity_slots=6000", "engine.kv_residency=false"]
+         "engine.kv_capacity_slots=6000"]
 
 
 def load_script():
