@@ -25,7 +25,7 @@ a sequence's new blocks together, but no figure depends on which ids they are).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -180,18 +180,13 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     if arrived:  # the step the arrival lands in: the first to end at or after it
         span = bisect_left(clock, next_arrival_time, 1)  # (the clock never goes back)
 
-    if paged:  # per-sequence arrays: which steps take blocks
-        positions = np.array(computed, dtype=np.int64)
-        finals = positions + np.array(remaining_list, dtype=np.int64)  # = final_len
-        steps = np.arange(1, span + 1, dtype=np.int64)  # tokens appended after each step
-        written = positions[:, None] + steps[None, :]  # [num_seqs, span]
+    if paged:  # per step: the blocks it takes, and how reserved and rounding slots move
         bs = manager.block_size
-        start_blocks = -(-positions // bs)  # [num_seqs]
-        blocks = -(-written // bs)  # [num_seqs, span]
-        taken = (blocks - start_blocks[:, None]).sum(axis=0)  # [span] blocks taken so far
-        fits = taken <= manager.num_free_blocks
-        if not fits[-1]:
-            span = int(fits.argmin())  # the next step would preempt: run it normally
+        news, reserved_moves, rounding_moves = _paged_span_events(computed, remaining_list, bs, span)
+        taken = list(accumulate(news))  # [span] blocks taken by the end of each step
+        free_blocks = manager.num_free_blocks
+        if taken[-1] > free_blocks:
+            span = bisect_right(taken, free_blocks)  # the next step would preempt: run it normally
             arrived = False
             if span < MIN_SPAN:
                 return None
@@ -202,15 +197,13 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     shared_keys = workload_tokens if keyed else []
     if shared_keys and scheduler.waiting:
         kv_tokens = _kv_tokens(seqs, generated, span)
-        grow = _first_prefix_growth(scheduler, manager, seqs, shared_keys, kv_tokens, positions, bs)
+        grow = _first_prefix_growth(scheduler, manager, seqs, shared_keys, kv_tokens, computed, bs)
         if grow is not None and grow <= span:
             span = grow - 1  # that step's schedule may admit: run it normally
             arrived = False
             if span < MIN_SPAN:
                 return None
     durations, starts, end_time = durations[:span], clock[:span], clock[span]
-    if paged:
-        written = written[:, :span]
     finishing = span == first_finish  # the last step finishes requests
 
     # The span's step rows, in closed form from the breakdown now (plain lists: the
@@ -221,17 +214,13 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     logical = list(range(base.logical_tokens + num_seqs, base.logical_tokens + last + 1, num_seqs))
     if paged:
         taken = taken[:span]
-        allocated_array = base.allocated_slots + bs * taken
-        reserved_now, rounding_now = _paged_partial(positions, finals, bs)
-        reserved_after, rounding_after = _paged_partial(written, finals[:, None], bs)
-        reserved = (base.reserved - int(reserved_now.sum()) + reserved_after.sum(axis=0)).tolist()
-        rounding = (base.internal_rounding - int(rounding_now.sum())
-                    + rounding_after.sum(axis=0)).tolist()
-        flags = manager.cached_flags_at_head(int(taken[-1]))  # evicted in queue order
-        cached_popped = np.concatenate(([0], np.cumsum(flags, dtype=np.int64)))
-        cached_free = (base.cached_free_slots - bs * cached_popped[taken]).tolist()
-        allocated = allocated_array.tolist()
-        free = (base.capacity_slots - allocated_array).tolist()
+        allocated = [base.allocated_slots + bs * count for count in taken]
+        reserved = list(accumulate(reserved_moves[:span], initial=base.reserved))[1:]
+        rounding = list(accumulate(rounding_moves[:span], initial=base.internal_rounding))[1:]
+        flags = manager.cached_flags_at_head(taken[-1])  # evicted in queue order
+        cached_popped = list(accumulate(flags, initial=0))
+        cached_free = [base.cached_free_slots - bs * cached_popped[count] for count in taken]
+        free = [base.capacity_slots - slots for slots in allocated]
         largest_free = free
     else:
         allocated = [base.allocated_slots] * span
@@ -270,12 +259,12 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         kv_tokens = [range(span)] * num_seqs
     residency = manager.pool.residency if paged and manager.capabilities.block_residency else None
     if shared_keys:
-        _commit_in_step_order(manager, seqs, kv_tokens, written, bs, residency, starts,
-                              end_time)
+        _commit_in_step_order(manager, seqs, kv_tokens, _written(computed, span), bs, residency,
+                              starts, end_time)
     else:
         timed = residency is not None and taken[-1] > 0  # (no block taken: no time to give)
         if timed:  # the blocks' times, as the step-by-step run takes them
-            residency.span(*_allocation_times(written, bs, starts))
+            residency.span(*_allocation_times(_written(computed, span), bs, starts))
         if manager.append_batch(seq_ids, kv_tokens, []) < num_seqs:
             # NOTE: every new key is unique: the order of the appends does not matter
             raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
@@ -303,7 +292,7 @@ def _kv_tokens(seqs: list[Sequence], generated: list[int], span: int) -> list[ra
 
 def _first_prefix_growth(scheduler: Scheduler, manager: PagedBulkDecode, seqs: list[Sequence],
                          candidates: list[int], kv_tokens: list[range | list[int]],
-                         positions: np.ndarray, bs: int) -> int | None:
+                         positions: list[int], bs: int) -> int | None:
     """The first step (1-based) of the span in which one of the ``candidates`` sequences
     fills a block that extends the waiting head's cached prefix, or None.
 
@@ -363,6 +352,13 @@ def _commit_in_step_order(manager: PagedBulkDecode, seqs: list[Sequence],
         residency.now = end_time
 
 
+def _written(computed: list[int], span: int) -> np.ndarray:
+    """[num_seqs, span]: each sequence's KV slots written after each step of the span (only
+    where a path needs them as an array: shared keys, block residency)."""
+    return (np.array(computed, dtype=np.int64)[:, None]
+            + np.arange(1, span + 1, dtype=np.int64)[None, :])
+
+
 def _allocation_times(written: np.ndarray, bs: int, starts: list[float]
                       ) -> tuple[list[float], list[float]]:
     """The start times of a span's block allocations (an append that starts a block), in
@@ -373,10 +369,28 @@ def _allocation_times(written: np.ndarray, bs: int, starts: list[float]
     return at[np.nonzero(events.T)[0]].tolist(), at[np.nonzero(events)[1]].tolist()
 
 
-def _paged_partial(written: np.ndarray, finals: np.ndarray, bs: int) -> tuple[np.ndarray, np.ndarray]:
-    """Reserved and rounding slots of each sequence's partial last block (0 when full)."""
-    fill = written % bs
-    last_start = written - fill
-    target = np.minimum(bs, finals - last_start)
-    partial = fill > 0
-    return np.where(partial, target - fill, 0), np.where(partial, bs - target, 0)
+def _paged_span_events(computed: list[int], remaining: list[int], bs: int, span: int
+                       ) -> tuple[list[int], list[int], list[int]]:
+    """Per step of a span (``[span]`` each): the blocks the sequences take, and the change
+    of their reserved and rounding slots (those of each one's partial last block).
+
+    A sequence at ``c`` tokens (final length ``f = c + remaining``) takes a block at the
+    appends that start one: steps ``(-c) % bs + 1``, then every ``bs``. There its partial
+    block's target becomes ``t = min(bs, f - start)``: reserved grows by ``t - 1`` (one slot
+    written) and rounding by ``bs - t``. At every other step one reserved slot is written
+    (a block it fills had target ``bs``: reserved 1 -> 0). Python ints, O(sequences + new
+    blocks): spans are a few steps, where numpy's per-call cost dominated.
+    """
+    news = [0] * span
+    reserved = [-len(computed)] * span
+    rounding = [0] * span
+    for c, left in zip(computed, remaining):
+        final = c + left
+        for j in range((-c) % bs, span, bs):  # 0-based step: append j + 1 writes position c + j
+            target = final - c - j
+            if target > bs:
+                target = bs
+            news[j] += 1
+            reserved[j] += target  # (target - 1) + the 1 counted as written above
+            rounding[j] += bs - target
+    return news, reserved, rounding

@@ -87,7 +87,7 @@ class RunRecorder:
                                    "writes none: a layer-group manager must not declare bulk_decode)")
             for i, values in enumerate(zip(*self.group_blocks)):
                 columns[f"layer_group{i}_blocks"] = np.asarray(values)
-        return pd.DataFrame(columns)
+        return pd.DataFrame(columns, copy=False)  # NOTE: the arrays as they are (no 2-D copy)
 
     def request_table(self) -> pd.DataFrame:
         return pd.DataFrame(self.requests, columns=list(REQUEST_COLUMNS)).sort_values(
