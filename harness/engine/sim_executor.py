@@ -167,8 +167,9 @@ class SimExecutor:
                           if fit is not None and fit.max_batch_size and fit.max_context_len
                           else None)
         self.operator = isinstance(cost_model, OperatorCostModel)
-        # NOTE: one tuple per executed step, or the 7 phase columns of a fast-forwarded span
-        self.phase_rows: list[tuple[float, ...] | list[list[float]]] = []
+        # NOTE: one tuple of 7 floats per executed step, or (span, the 7 phase columns of
+        # span values each) for a fast-forwarded span
+        self.phase_rows: list[tuple[float, ...] | tuple[int, list[list[float]]]] = []
         self.decode_read_slots = 0  # KV slots the decodes read (attention_decode's work)
         # NOTE: the phases of the last span decode_durations priced, for decoded_span
         self._priced: tuple[int, int, list[list[float]]] = (-1, -1, [])
@@ -274,7 +275,9 @@ class SimExecutor:
         if positions != sum_positions or seqs != num_seqs or len(columns[0]) < span:
             extra = (positions,) if self.layers is not None else ()
             columns = self.cost_model.decode_span(sum_positions, num_seqs, span, *extra)[1]
-        self.phase_rows.append([column[:span] for column in columns])
+        if len(columns[0]) > span:  # (priced further: keep only what ran)
+            columns = [column[:span] for column in columns]
+        self.phase_rows.append((span, columns))
         # step i reads sum_positions + num_seqs * (i + 1) slots
         self.decode_read_slots += span * sum_positions + num_seqs * span * (span + 1) // 2
         if self._tally is not None:
@@ -288,13 +291,20 @@ class SimExecutor:
         if not self.operator:
             return loads
         columns: list[list[float]] = [[] for _ in PHASES]
+        steps: list[tuple[float, ...]] = []  # executed steps since the last span
         for row in self.phase_rows:
-            if isinstance(row, tuple):  # one step
-                for column, value in zip(columns, row):
-                    column.append(value)
-            else:  # a span's columns
-                for column, values in zip(columns, row):
+            if len(row) != 2:  # one step (7 phases)
+                steps.append(row)
+                continue
+            if steps:  # NOTE: zip(*steps) transposes a run of steps in C
+                for column, values in zip(columns, zip(*steps)):
                     column.extend(values)
+                steps = []
+            for column, values in zip(columns, row[1]):
+                column.extend(values)
+        if steps:
+            for column, values in zip(columns, zip(*steps)):
+                column.extend(values)
         return {**{f"{name}_s": column for name, column in zip(PHASES, columns)}, **loads}
 
     def cost_report(self) -> dict:
