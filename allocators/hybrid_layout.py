@@ -34,6 +34,7 @@ hit's end, the keys the next query reads (vLLM's right-to-left scan in
 from __future__ import annotations
 
 import math
+from operator import and_
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -173,34 +174,49 @@ def build_layout(groups: Sequence[LayerGroup], block_size: int, pool_bytes: int,
                         tuple(kinds))
 
 
-def kind_hit(kind: KindLayout, limit: int, cached: Callable[[int], bool]) -> int:
+# Blocks whose cached flags are looked up at once (one salted-key list per group); a full
+# kind's scan reads at most one chunk past its first miss.
+FLAG_CHUNK = 64
+
+
+def kind_hit(kind: KindLayout, limit: int, flags: Callable[[int, int], list[bool]]) -> int:
     """The longest prompt prefix of at most ``limit`` tokens this attention kind serves;
-    ``cached(j)``: block ``j`` is cached in every group of the kind."""
+    ``flags(lo, hi)``: whether each of blocks ``lo .. hi - 1`` is cached in every group
+    of the kind (asked for in chunks: one call per ``FLAG_CHUNK`` blocks, not per block)."""
     t = kind.tokens_per_block
     blocks = limit // t
     if kind.kind != "sliding":
-        return next((j for j in range(blocks) if not cached(j)), blocks) * t
+        for lo in range(0, blocks, FLAG_CHUNK):
+            chunk = flags(lo, min(lo + FLAG_CHUNK, blocks))
+            if False in chunk:
+                return (lo + chunk.index(False)) * t
+        return blocks * t
     need = -(-(kind.window - 1) // t)  # blocks of the W - 1 keys the next query reads
     run = 0
-    for j in range(blocks - 1, -1, -1):  # right to left
-        if not cached(j):
-            run = 0
-            continue
-        run += 1
-        if run >= need:
-            return (j + need) * t
+    for hi in range(blocks, 0, -FLAG_CHUNK):  # right to left
+        lo = max(hi - FLAG_CHUNK, 0)
+        chunk = flags(lo, hi)
+        for j in range(hi - 1, lo - 1, -1):
+            if not chunk[j - lo]:
+                run = 0
+                continue
+            run += 1
+            if run >= need:
+                return (j + need) * t
     return (run if need else blocks) * t  # a prefix shorter than the window: all its blocks
 
 
-def common_hit(kinds: Sequence[KindLayout], limit: int, cached: Callable[[int, int], bool]) -> int:
+def common_hit(kinds: Sequence[KindLayout], limit: int,
+               flags: Callable[[int, int, int], list[bool]]) -> int:
     """The longest prefix of at most ``limit`` tokens every attention kind serves;
-    ``cached(i, j)``: block ``j`` of kind ``i`` is cached in every group of it."""
+    ``flags(i, lo, hi)``: whether each of blocks ``lo .. hi - 1`` of kind ``i`` is cached
+    in every group of it."""
     hit = limit
     while True:
         before = hit
         for i, kind in enumerate(kinds):
             if kind.tokens_per_block is not None:
-                hit = kind_hit(kind, hit, lambda j, i=i: cached(i, j))
+                hit = kind_hit(kind, hit, lambda lo, hi, i=i: flags(i, lo, hi))
         if hit == before:
             return hit
 
@@ -234,6 +250,15 @@ class GroupPrefixCache:
         blocks = self.pool.lookup_many([group_key(key, g) for g in self.kinds[kind_index].group_ids])
         return None if None in blocks else blocks
 
+    def cached_flags(self, kind_index: int, keys: list[int]) -> list[bool]:
+        """For each chain key: is its block cached in every group of the kind?"""
+        lookup, flags = self.pool.lookup_many, None
+        for g in self.kinds[kind_index].group_ids:
+            salt = g + 1  # NOTE: group_key inlined (a list per group, not a call per key)
+            found = [b is not None for b in lookup([(key * MUL + salt) & MASK for key in keys])]
+            flags = found if flags is None else list(map(and_, flags, found))
+        return flags
+
     def hit_tokens(self, data: bytes) -> int:
         """The longest prompt prefix every group serves (at most len - 1 tokens)."""
         if not self.enabled:
@@ -244,7 +269,7 @@ class GroupPrefixCache:
         limit = len(data) // 4 - 1
         keys = {i: self.prompt_keys(data, self.kinds[i].tokens_per_block).keys(
             0, limit // self.kinds[i].tokens_per_block) for i in self._attention}
-        hit = common_hit(self.kinds, limit, lambda i, j: self.cached(i, keys[i][j]) is not None)
+        hit = common_hit(self.kinds, limit, lambda i, lo, hi: self.cached_flags(i, keys[i][lo:hi]))
         self._memo = (data, state, hit)
         return hit
 
