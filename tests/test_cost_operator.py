@@ -19,6 +19,8 @@ from harness.engine.plan import ScheduledChunk, StepPlan
 from harness.engine.sim_executor import SimExecutor
 from harness.errors import ConfigError
 
+ROOT = Path(__file__).resolve().parents[1]
+
 SMALL = str(Path(__file__).parent / "data" / "kernel_results_small.json")
 
 
@@ -161,3 +163,33 @@ def test_a_cpu_kernel_benchmark_round_trips_into_a_measured_profile(tmp_path, ho
         at = (row["batch"], row["context_len"])
         assert paged.cost_model.efficiency(*at) == pytest.approx(row["paged_frac_copy_bw"])
         assert contiguous.cost_model.efficiency(*at) == pytest.approx(row["contiguous_frac_copy_bw"])
+
+
+def test_a_profile_that_declares_nearest_head_configs_prices_an_unmeasured_one_with_a_note():
+    """head_configs: nearest (h200's default profile): GQA group 8 in bfloat16 takes the
+    measured group 4 float16 points (nearest on a log2 scale, the same 16-bit bytes), not
+    group 1, and the note says which stood in; an exact profile still refuses (above)."""
+    from harness.engine.cost_profiles import decode_efficiency
+
+    profile = load_kernel_profile("h200_event_timed")
+    assert profile.head_configs == "nearest"
+    group4 = decode_efficiency(profile, "paged", 16, 4, 128, "float16")
+    group8 = decode_efficiency(profile, "paged", 16, 8, 128, "bfloat16")
+    assert group8(64, 6000) == group4(64, 6000)
+    assert "group 4, head_dim 128, float16" in group8.note and group4.note is None
+    group2 = decode_efficiency(profile, "contiguous", None, 2, 256, "bfloat16")  # gemma-2-9b
+    assert "(group 1, head_dim 128, float16)" in group2.note  # |log2 2 - log2 1| = |log2 2 - log2 4|: the lower
+
+
+@pytest.mark.parametrize("model", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")
+                                         if p.stem not in ("hf", "deepseek-v3")))
+def test_every_model_preset_runs_on_h200_with_its_defaults(model):
+    """hardware=h200 with no other key builds every model preset's executor (deepseek-v3 needs
+    16 GPUs, more than an NVLink domain, and is refused naming them: test_tensor_parallel)."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.config.run_setup import run_setup
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"model={model}", "hardware=h200"])
+    run_setup(cfg)  # raises ConfigError on a profile that cannot price the model

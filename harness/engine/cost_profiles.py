@@ -57,6 +57,10 @@ class KernelProfile:
     name: str
     where: str  # the file, for messages
     points: tuple[KernelPoint, ...]
+    # "exact": a run whose head config (GQA group, head dim, dtype) the profile did not measure
+    # is refused; "nearest": it takes the nearest measured config (the profile's YAML says so,
+    # e.g. a hardware profile's default, which every model preset must be able to run on)
+    head_configs: str = "exact"
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,9 @@ def load_kernel_profile(name: str, kernel_results: str | None = None) -> KernelP
         return KernelProfile(str(data.get("name", path.stem)), str(results),
                              _points_from_kernel_results(results))
     reference = data.get("reference_bandwidth_gbps")
+    head_configs = data.get("head_configs", "exact")
+    if head_configs not in ("exact", "nearest"):
+        raise ConfigError(f"{path}: head_configs: must be exact or nearest, got {head_configs!r}")
     raw = data.get("points")
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{path}: points: must list the profile's measured points")
@@ -153,7 +160,7 @@ def load_kernel_profile(name: str, kernel_results: str | None = None) -> KernelP
             if key in shape:
                 _positive_int(shape[key], f"{where}.{key}")
         points.append(KernelPoint(layout, efficiency, **shape))
-    return KernelProfile(str(data.get("name", path.stem)), str(path), tuple(points))
+    return KernelProfile(str(data.get("name", path.stem)), str(path), tuple(points), head_configs)
 
 
 def _points_from_kernel_results(path: Path) -> tuple[KernelPoint, ...]:
@@ -251,6 +258,9 @@ def decode_efficiency(profile: KernelProfile, layout: str, block_size: int | Non
                           f"needs them); it measured {sorted({p.layout for p in profile.points})}")
     heads = [p for p in mine if p.gqa_group in (None, gqa_group) and p.head_dim in (None, head_dim)
              and p.dtype in (None, dtype)]
+    note = None
+    if not heads and profile.head_configs == "nearest":
+        heads, note = _nearest_head_config(mine, gqa_group, head_dim, dtype)
     if not heads:
         near = sorted({(p.gqa_group, p.head_dim, p.dtype) for p in mine},
                       key=lambda h: (abs(h[0] - gqa_group), abs(h[1] - head_dim), h[2] != dtype))
@@ -258,7 +268,6 @@ def decode_efficiency(profile: KernelProfile, layout: str, block_size: int | Non
         raise ConfigError(f"{profile.where}: no {layout} points for the run's head config (GQA "
                           f"group {gqa_group}, head_dim {head_dim}, {dtype}); nearest measured: "
                           f"{listed}")
-    note = None
     if layout == "paged":
         blocks = sorted({p.block_size for p in heads if p.block_size is not None})
         if blocks and block_size not in blocks:
@@ -273,15 +282,38 @@ def decode_efficiency(profile: KernelProfile, layout: str, block_size: int | Non
                 if grid_lo[0] == grid_hi[0] and all(a[0] == b[0] for a, b in zip(grid_lo[1], grid_hi[1])):
                     curves = [(a[0], [y0 + (y1 - y0) * w for y0, y1 in zip(a[1], b[1])])
                               for a, b in zip(grid_lo[1], grid_hi[1])]
-                    return DecodeEfficiency(grid_lo[0], curves, None, _ranged(heads))
+                    return DecodeEfficiency(grid_lo[0], curves, note, _ranged(heads))
             else:
-                note = (f"block size {block_size} is outside the measured {blocks[0]}-{blocks[-1]}: "
-                        f"block {nearest}'s efficiency is used")
+                note = "; ".join(filter(None, [note, (
+                    f"block size {block_size} is outside the measured {blocks[0]}-{blocks[-1]}: "
+                    f"block {nearest}'s efficiency is used")]))
             heads = [p for p in heads if p.block_size == nearest]
         elif blocks:
             heads = [p for p in heads if p.block_size == block_size]
     batches, curves = _grid(heads)
     return DecodeEfficiency(batches, curves, note, _ranged(heads))
+
+
+# 16-bit types move the same bytes through the same kernel: one class for the nearest match
+_DTYPE_CLASS = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8": 1, "float8_e4m3fn": 1}
+
+
+def _nearest_head_config(points: list[KernelPoint], gqa_group: int, head_dim: int,
+                         dtype: str) -> tuple[list[KernelPoint], str]:
+    """The points of the measured head config nearest to the run's (GQA group, then head dim,
+    on a log2 scale; then the dtype's width), and a note that says which one stands in."""
+    configs = {(p.gqa_group, p.head_dim, p.dtype) for p in points}
+
+    def distance(config: tuple) -> tuple:
+        group, dim, kind = config
+        return (abs(math.log2(group or gqa_group) - math.log2(gqa_group)),
+                abs(math.log2(dim or head_dim) - math.log2(head_dim)),
+                _DTYPE_CLASS.get(kind or dtype) != _DTYPE_CLASS.get(dtype), str(config))
+
+    group, dim, kind = min(configs, key=distance)
+    chosen = [p for p in points if (p.gqa_group, p.head_dim, p.dtype) == (group, dim, kind)]
+    return chosen, (f"head config GQA group {gqa_group}, head_dim {head_dim}, {dtype} was not "
+                    f"measured: the nearest measured (group {group}, head_dim {dim}, {kind}) is used")
 
 
 def _ranged(points: list[KernelPoint]) -> bool:

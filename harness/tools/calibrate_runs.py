@@ -146,9 +146,12 @@ def kernel_profile_yaml(kernel_results: Path, name: str, cited: str) -> str:
               "# over the copy bandwidth measured in the same run; bilinear in (batch, context) between",
               "# points; the same numbers engine.cost.kernel_profile=measured reads from that file.",
               "# A later (e.g. graph-timed) profile is selected by file the same way:",
-              "#   engine.cost.kernel_profile=PATH.yaml, or kernel_profile=measured kernel_results=PATH.json"]
-    body = yaml.safe_dump({"name": name, "points": points}, sort_keys=False, default_flow_style=None,
-                          width=120)
+              "#   engine.cost.kernel_profile=PATH.yaml, or kernel_profile=measured kernel_results=PATH.json",
+              "# A head config it did not measure takes the nearest measured one (GQA group, then head",
+              "# dim, on a log2 scale; bfloat16 as float16, the same bytes); results.json's cost_model",
+              "# says which stood in. A hardware profile's default must run every model preset."]
+    body = yaml.safe_dump({"name": name, "head_configs": "nearest", "points": points}, sort_keys=False,
+                          default_flow_style=None, width=120)
     return "\n".join(header) + "\n" + body
 
 
