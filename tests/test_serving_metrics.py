@@ -189,3 +189,25 @@ def test_itl_from_token_breaks_is_every_tokens_gap_exactly(overrides):
     fast_gaps = inter_token_latencies(fast.recorder.step_table(), fast.recorder.request_table(),
                                       fast.recorder.token_breaks)
     assert np.array_equal(np.sort(fast_gaps), np.sort(truth))
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(kv_capacity_slots=512),                                     # recompute preemptions
+    dict(chunked_prefill=True, max_num_batched_tokens=40, max_num_seqs=64),  # budget waits
+])
+def test_the_summary_counts_step_gaps_as_the_token_gaps_they_stand_for(overrides):
+    """serving_metrics counts each step gap once per request spanning it (it never writes out
+    the millions of token gaps of a long trace): the multiset equals inter_token_latencies'
+    and the figures equal those of the written-out array, fractional percentiles too."""
+    from harness.metrics.latency import _stats_ms, inter_token_gap_counts
+
+    requests = make_requests([(60 + 7 * i, 20 + 3 * i) for i in range(12)], gap=0.002)
+    result = run_engine_on(requests, paged(16), engine_spec(**overrides))
+    steps, reqs = result.recorder.step_table(), result.recorder.request_table()
+    breaks = result.recorder.token_breaks
+    gaps, counts = inter_token_gap_counts(steps, reqs, breaks)
+    written = inter_token_latencies(steps, reqs, breaks)
+    assert breaks and counts.max() > 1  # both kinds of request are in the case
+    assert np.array_equal(np.sort(np.repeat(gaps, counts)), np.sort(written))
+    for percentiles in ([50, 90, 99], [1, 37.5, 99.9, 100]):
+        assert _stats_ms("itl", gaps, percentiles, counts) == _stats_ms("itl", written, percentiles)

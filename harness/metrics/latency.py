@@ -100,25 +100,101 @@ def inter_token_latencies(steps: pd.DataFrame, requests: pd.DataFrame,
     return np.concatenate(gaps)
 
 
+def inter_token_gap_counts(steps: pd.DataFrame, requests: pd.DataFrame,
+                           token_breaks: Mapping[int, list] | None = None
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """The multiset ``inter_token_latencies`` returns, without writing it out: (gaps,
+    counts), each gap in seconds with how many times it occurs: [k] float64, [k] int64.
+
+    A request without token breaks has the gap between every two consecutive steps from
+    its first token's to its last's, so a step gap's count is the number of such requests
+    spanning it (a difference array over [first, last)); the few broken requests add
+    their own gaps, once each. A long trace has millions of token gaps over a few
+    thousand step gaps: the summary's percentiles then sort the step gaps, not the tokens.
+    """
+    if "replica" in steps.columns:  # each replica over its own steps
+        parts = [inter_token_gap_counts(steps[steps["replica"] == r].drop(columns="replica"),
+                                        requests[requests["replica"] == r], token_breaks)
+                 for r in sorted(set(steps["replica"]))]
+        return (np.concatenate([np.zeros(0)] + [g for g, _ in parts]),
+                np.concatenate([np.zeros(0, dtype=np.int64)] + [c for _, c in parts]))
+    done = requests[(requests["status"] == "finished") & (requests["num_seqs"] == 1)]
+    if not len(done) or not len(steps):
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    ends = steps["time_s"].to_numpy(dtype=float) + steps["duration_s"].to_numpy(dtype=float)
+    gap_after = np.diff(ends)  # [steps - 1]
+    token_breaks = token_breaks or {}
+    ids = done["request_id"].to_numpy()
+    lengths = done["output_len"].to_numpy(dtype=np.int64)
+    first_s = done["first_token_s"].to_numpy(dtype=float)
+    finish_s = done["finish_s"].to_numpy(dtype=float)
+    first, last = _step_of(ends, first_s), _step_of(ends, finish_s)
+    broken = (np.isin(ids, np.fromiter(token_breaks, dtype=ids.dtype, count=len(token_breaks)))
+              if token_breaks else np.zeros(len(ids), dtype=bool))
+    if not np.array_equal(last[~broken] - first[~broken], lengths[~broken] - 1):
+        raise RuntimeError("a request's tokens are not one per step")  # invariant
+    spanning = np.zeros(len(ends), dtype=np.int64)
+    np.add.at(spanning, first[~broken], 1)
+    np.add.at(spanning, last[~broken], -1)
+    counts = np.cumsum(spanning)[:-1]  # [steps - 1]: requests whose tokens straddle gap j
+    gaps, weights = [gap_after[counts > 0]], [counts[counts > 0]]
+    for i in np.flatnonzero(broken):
+        token_at = ends[token_steps(ends, float(first_s[i]), float(finish_s[i]), int(lengths[i]),
+                                    token_breaks[int(ids[i])])]
+        gaps.append(np.diff(token_at))
+        weights.append(np.ones(len(token_at) - 1, dtype=np.int64))
+    return np.concatenate(gaps), np.concatenate(weights)
+
+
 def _percentile_name(p: float) -> str:
     """vLLM's key: ``p99`` for 99, ``p99.9`` for 99.9."""
     return f"p{int(p)}" if int(p) == p else f"p{p}"
 
 
-def _stats_ms(name: str, seconds: np.ndarray, percentiles: Iterable[float]) -> dict:
+def _stats_ms(name: str, seconds: np.ndarray, percentiles: Iterable[float],
+              counts: np.ndarray | None = None) -> dict:
     """mean, median, std and each percentile (numpy's linear interpolation, as vLLM) of
-    ``seconds`` in milliseconds, under vLLM's keys; None when there are none."""
+    ``seconds`` in milliseconds, under vLLM's keys; None when there are none. With
+    ``counts``, value ``seconds[i]`` occurs ``counts[i]`` times (the same figures as for
+    ``np.repeat(seconds, counts)``, to the 6 decimals kept: tests/test_serving_metrics.py)."""
     percentiles = list(percentiles)
     keys = [f"{_percentile_name(p)}_{name}_ms" for p in percentiles]
     if not len(seconds):
         return dict.fromkeys([f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms", *keys])
     values = np.asarray(seconds, dtype=float) * 1000.0
-    at = np.percentile(values, [50, *percentiles])
-    out = {f"mean_{name}_ms": round(float(values.mean()), 6),
+    if counts is None:
+        at = np.percentile(values, [50, *percentiles])
+        mean, std = float(values.mean()), float(values.std())
+    else:
+        at, mean, std = _weighted_stats(values, np.asarray(counts, dtype=np.int64), [50, *percentiles])
+    out = {f"mean_{name}_ms": round(mean, 6),
            f"median_{name}_ms": round(float(at[0]), 6),
-           f"std_{name}_ms": round(float(values.std()), 6)}
+           f"std_{name}_ms": round(std, 6)}
     out.update((key, round(float(v), 6)) for key, v in zip(keys, at[1:]))
     return out
+
+
+def _weighted_stats(values: np.ndarray, counts: np.ndarray,
+                    percentiles: list[float]) -> tuple[list[float], float, float]:
+    """Percentiles (numpy's linear method: rank q/100 * (n - 1), interpolated between the
+    two order statistics around it), mean and std of ``values`` each repeated ``counts``."""
+    order = np.argsort(values, kind="stable")
+    values, counts = values[order], counts[order]
+    n = int(counts.sum())
+    ends = np.cumsum(counts)  # order statistics ends[i-1] .. ends[i] - 1 are values[i]
+
+    def order_statistic(k: int) -> float:
+        return float(values[np.searchsorted(ends, k, side="right")])
+
+    at = []
+    for q in percentiles:
+        rank = q / 100.0 * (n - 1)
+        lo = int(np.floor(rank))
+        low, high = order_statistic(lo), order_statistic(min(lo + 1, n - 1))
+        at.append(float(np.percentile([low, high], (rank - lo) * 100.0)))
+    mean = float((values * counts).sum() / n)
+    std = float(np.sqrt((counts * (values - mean) ** 2).sum() / n))
+    return at, mean, std
 
 
 def request_latencies(requests: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -166,7 +242,8 @@ def serving_metrics(steps: pd.DataFrame, requests: pd.DataFrame, slo,
     percentiles = slo.percentiles
     out.update(_stats_ms("ttft", latencies["ttft"], percentiles))
     out.update(_stats_ms("tpot", latencies["tpot"][latencies["multi_token"]], percentiles))
-    out.update(_stats_ms("itl", inter_token_latencies(steps, requests, token_breaks), percentiles))
+    itl_gaps, itl_counts = inter_token_gap_counts(steps, requests, token_breaks)
+    out.update(_stats_ms("itl", itl_gaps, percentiles, itl_counts))
     out.update(_stats_ms("e2el", latencies["e2el"], percentiles))
     targets = slo.targets_ms
     if targets:
