@@ -32,7 +32,8 @@ from harness.errors import ConfigError, PagebenchError
 from harness.run.interrupts import terminate_as_interrupt
 from harness.run.rejections import SERVED_NOTHING
 from harness.fileio import atomic_write_text
-from harness.run.results import config_hash, existing_complete_results, set_aside_previous_run
+from harness.run.job_identity import config_hash
+from harness.run.results import existing_complete_results, set_aside_previous_run
 from harness.run.run_lock import claim_run_dir
 from pagebench.reports.summary import print_run_summary
 

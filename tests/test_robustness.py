@@ -16,7 +16,8 @@ import pytest
 from harness.config.specs import EngineSpec
 from harness.engine.engine import EngineStalled, run_engine
 from harness.engine.plan import StepPlan
-from harness.run.results import config_hash, existing_complete_results
+from harness.run.job_identity import config_hash
+from harness.run.results import existing_complete_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["workload=docqa", "workload.num_requests=30", "progress=false"]

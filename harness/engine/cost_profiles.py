@@ -79,6 +79,25 @@ def _resolve_path(name: str, group: str) -> Path:
     return CONF_DIR / group / f"{name}.yaml"
 
 
+def profile_files(name: str, group: str, kernel_results: str | None = None) -> list[Path]:
+    """The files the profile ``name`` of ``group`` (``kernel_profile`` / ``host_profile``)
+    reads, resolved as ``load_*`` resolves them: its YAML and, for a ``source:
+    kernel_results`` kernel profile, the benchmark rows it takes (``kernel_results``, else
+    the YAML's ``path``). For a run's identity (``harness.run.job_identity``); a file that is
+    not there is left out (the loader reports it)."""
+    path = _resolve_path(name, group)
+    files = [path] if path.is_file() else []
+    if files and group == "kernel_profile":
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return files  # the loader names what is wrong with it
+        if isinstance(data, dict) and data.get("source") == "kernel_results":
+            results = Path(kernel_results or data.get("path") or "kernel_results.json")
+            files += [results] if results.is_file() else []
+    return files
+
+
 def _read_yaml(path: Path, what: str) -> dict:
     if not path.is_file():
         known = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []

@@ -1,17 +1,15 @@
-"""Run outputs: schema-versioned results.json, tables, a job's identity (config hash) and
+"""Run outputs: schema-versioned results.json, tables, a file's sha256 and
 the files a run writes (set aside before a re-run). File I/O itself is ``harness.fileio``."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import OutputError
-from harness.fileio import STRICT_JSON, atomic_write_bytes, launch_path, read_json, write_error_reason
+from harness.errors import InputError, OutputError
+from harness.fileio import STRICT_JSON, atomic_write_bytes, read_json, write_error_reason
 
 if TYPE_CHECKING:  # pandas is imported lazily: the gate CLI does not need it
     import pandas as pd
@@ -36,8 +34,6 @@ def write_table(path: Path, frame: pd.DataFrame) -> None:
 
 def read_results(path: Path) -> dict:
     """Load a results.json, checking it is one this version understands."""
-    from harness.errors import InputError
-
     path = Path(path)
     if path.is_dir():
         path = path / "results.json"
@@ -66,24 +62,6 @@ def read_results(path: Path) -> dict:
 DISPLAY_ONLY_KEYS = ("progress", "jobs", "report")
 
 
-def _input_files(node: Any) -> list[tuple[str, Path]]:
-    """(value, file) of the ``path`` keys anywhere in a plain config that name existing
-    files (a workload's trace; not a dataset name), found where the loaders find them
-    (``fileio.launch_path``: a relative path from the directory the user ran in)."""
-
-    if isinstance(node, dict):
-        found = []
-        for key, value in node.items():
-            if key == "path" and isinstance(value, str) and launch_path(value).is_file():
-                found.append((os.path.expanduser(value), launch_path(value)))
-            else:
-                found += _input_files(value)
-        return found
-    if isinstance(node, list):
-        return [pair for item in node for pair in _input_files(item)]
-    return []
-
-
 def file_sha256(path: str | Path) -> str:
     """sha256 of a file's bytes, read in 1 MiB chunks."""
     digest = hashlib.sha256()
@@ -91,37 +69,6 @@ def file_sha256(path: str | Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-@functools.lru_cache(maxsize=64)
-def _input_sha256(path: str, size: int, mtime_ns: int) -> str:
-    """``file_sha256``, read once per file version (path, size, mtime) in a process."""
-    return file_sha256(path)
-
-
-def config_hash(cfg: Any) -> str:
-    """sha256 of the resolved config (minus display-only keys) and of the content of the
-    files it reads (``path`` keys: an edited trace is another job): the identity of a job.
-
-    A re-run of a sweep skips a job whose run directory already holds complete
-    results with the same hash (see ``existing_complete_results``).
-    """
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            cfg = OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:  # pragma: no cover - hydra-core is a dependency
-        pass
-    plain = {k: v for k, v in dict(cfg).items() if k not in DISPLAY_ONLY_KEYS}
-    inputs = {}
-    for value, path in _input_files(plain):
-        stat = os.stat(path)
-        inputs[value] = _input_sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
-    if inputs:
-        plain["__input_sha256__"] = inputs
-    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # The files a run writes into its directory (``run_serving``, kernels, studies, a sweep's

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.fileio import read_json
-from harness.run.results import config_hash
+from harness.run.job_identity import config_hash
 
 # Keys that choose or describe the systems, not what one system simulates.
 _SYSTEM_CHOICE_KEYS = ("block_size", "systems", "allocator")

@@ -42,7 +42,8 @@ from harness.run.reuse import reuse_earlier
 from harness.run.interrupts import STOP_SIGNALS, InterruptFlag, deferred_interrupt
 from harness.run.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.fileio import write_json
-from harness.run.results import SCHEMA_VERSION, config_hash, write_table
+from harness.run.job_identity import config_hash
+from harness.run.results import SCHEMA_VERSION, write_table
 from harness.config.run_setup import RunSetup, check_block_sizes, run_setup
 from harness.config.systems import build_manager
 
