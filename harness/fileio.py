@@ -88,11 +88,29 @@ STRICT_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys)
 TOO_DEEP = "nested too deeply to read (arrays or objects inside one another, thousands deep)"
 
 
+def long_integer(exc: ValueError, text: str) -> tuple[str, int, str | None] | None:
+    """(message, line, field) when ``exc`` is Python's refusal of an integer of more than
+    ``sys.get_int_max_str_digits()`` digits (4,300) decoding the JSON ``text``; else None."""
+    if "integer string conversion" not in str(exc):
+        return None
+    import re
+    import sys
+
+    limit = sys.get_int_max_str_digits()
+    match = re.search(r'(?:"((?:[^"\\]|\\.)*)"\s*:\s*)?-?(\d{%d,})' % (limit + 1), text)
+    if match is None:
+        return f"an integer of more than {limit:,} digits", 1, None
+    return (f"an integer of {len(match.group(2)):,} digits (more than the {limit:,} a number may have)",
+            text.count("\n", 0, match.start()) + 1, match.group(1))
+
+
 def read_json(path: Path, missing: str = "file not found") -> Any:
     """The JSON data in ``path``; an InputError naming the file (``missing`` when it does
     not exist) when it cannot be read or is not JSON (``STRICT_JSON``)."""
+    text = None
     try:
-        return STRICT_JSON.decode(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
+        return STRICT_JSON.decode(text)
     except RepeatedKey as exc:
         raise InputError(str(exc), path=str(path)) from None
     except RecursionError:
@@ -108,6 +126,12 @@ def read_json(path: Path, missing: str = "file not found") -> Any:
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON (truncated?): {exc.msg}", path=str(path),
                          line=exc.lineno) from None
+    except ValueError as exc:
+        found = long_integer(exc, text or "")
+        if found is None:
+            raise
+        message, line, field = found
+        raise InputError(message, path=str(path), line=line, field=field) from None
 
 
 def launch_path(path: str) -> Path:

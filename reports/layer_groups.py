@@ -45,6 +45,12 @@ def group_rows(systems: dict[str, dict]) -> tuple[list[str], list[list]]:
     return header, rows
 
 
+def _count(value) -> str:
+    """A whole number with thousands separators; anything else as it is (escaped by the
+    caller: a received file may hold text there)."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
 def layer_group_parts(systems: dict[str, dict]) -> list[str]:
     """The tables and a sentence per hybrid system against ``paged``; nothing when no
     system keeps layer groups."""
@@ -57,9 +63,10 @@ def layer_group_parts(systems: dict[str, dict]) -> list[str]:
     per_seq = {row[0]: row[5] for row in bytes_rows}
     for name, s in hybrids.items():
         lay = s["layer_groups"]
-        text = (f"{esc(name)}: KV cache groups of {lay['group_size']} layers, pages of "
-                f"{lay['page_bytes']:,} bytes ({lay['num_pages']:,} of them), attention blocks "
-                f"of {lay['attention_block_size']} tokens, one slot = {s['slot_bytes']:,} bytes")
+        text = (f"{esc(name)}: KV cache groups of {esc(lay['group_size'])} layers, pages of "
+                f"{esc(_count(lay['page_bytes']))} bytes ({esc(_count(lay['num_pages']))} of "
+                f"them), attention blocks of {esc(lay['attention_block_size'])} tokens, one slot "
+                f"= {esc(_count(s['slot_bytes']))} bytes")
         if base is not None and per_seq.get("paged") and per_seq.get(name):
             text += (f"; a running sequence holds {fmt(per_seq[name])} GiB of KV on average "
                      f"against paged's {fmt(per_seq['paged'])} GiB "

@@ -351,3 +351,14 @@ def test_the_per_sequence_block_claim_is_not_judged_when_sequences_share_blocks(
             if row.claim_id == "paged_waste_per_sequence"]
     assert [row.verdict for row in rows] == [NOT_MEASURED]
     assert "share partial blocks" in rows[0].how
+
+
+def test_layer_group_sentence_escapes_every_received_value():
+    from pagebench.reports.layer_groups import layer_group_parts
+
+    markup = "<script>x</script>"
+    hybrid = {"memory": {"capacity_slots": 10, "mean_slots": None}, "slot_bytes": markup,
+              "layer_groups": {"group_size": markup, "page_bytes": markup, "num_pages": 3000,
+                               "attention_block_size": markup, "kinds": []}}
+    html = "".join(layer_group_parts({"h": hybrid}))
+    assert "<script>" not in html and html.count("&lt;script&gt;") == 4 and "3,000" in html

@@ -94,11 +94,12 @@ KEEP = {"kind", "policy", "status", "arena", "timings", "schema", "study"}  # wh
 
 def poisoned(node, key: str = ""):
     """``node`` with PAYLOAD appended to every string (and set as a key of every mapping of
-    strings), except the few fields that choose what the report draws."""
+    strings and numbers, holding a string or a number as its siblings do), except the few
+    fields that choose what the report draws."""
     if isinstance(node, dict):
         out = {k: poisoned(v, k) for k, v in node.items()}
         if node and all(isinstance(v, (str, int)) for v in node.values()) and key != "systems":
-            out[PAYLOAD] = PAYLOAD
+            out[PAYLOAD] = PAYLOAD if all(isinstance(v, str) for v in node.values()) else 1
         return out
     if isinstance(node, list):
         return [poisoned(v, key) for v in node]
@@ -199,6 +200,68 @@ def test_hostile_strings_in_every_report_kind_stay_text(browser_page, source_run
         assert (kind, state["pwned"], state["scripts"], state["handlers"], errors) == \
             (kind, None, 0, [], []), state
         assert state["shown"] >= 3, (kind, state)  # the payload was rendered, as text
+
+
+@pytest.fixture(scope="module")
+def rich_runs(tmp_path_factory) -> dict[str, Path]:
+    """Small real runs whose results.json hold the fields the default run lacks: a hybrid
+    model's layer groups (and radix, vattention), and an offload tier's figures."""
+    root = tmp_path_factory.mktemp("rich")
+    return {"hybrid": small_run(root / "hybrid", "model=gemma-2-9b", "workload.num_requests=16",
+                                "systems=[paged,paged_hybrid,oracle,radix,vattention]",
+                                "report=false"),
+            "offload": small_run(root / "offload", "workload=shared_prefix", "systems=[paged]",
+                                 "workload.num_requests=16", "engine.offload.cpu_gib=0.05",
+                                 "report=false")}
+
+
+def numbers_poisoned(node, key: str = ""):
+    """``node`` with PAYLOAD in place of every number (a received file may hold a string
+    anywhere), except the fields that pick the code path."""
+    if isinstance(node, dict):
+        return {k: numbers_poisoned(v, k) for k, v in node.items()}
+    if isinstance(node, list):
+        return [numbers_poisoned(v, key) for v in node]
+    if isinstance(node, (int, float)) and not isinstance(node, bool) and key != "schema_version":
+        return PAYLOAD
+    return node
+
+
+def _page_state(page, path: Path) -> dict:
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri(), wait_until="load")
+    page.wait_for_timeout(100)
+    state = page.evaluate("""() => ({
+        pwned: window.__pwned === undefined ? null : window.__pwned,
+        scripts: document.querySelectorAll('script, svg').length,
+        handlers: Array.from(document.querySelectorAll('*')).flatMap(el =>
+            Array.from(el.attributes).map(a => a.name).filter(n => n.startsWith('on')))})""")
+    state["errors"] = errors
+    return state
+
+
+@pytest.mark.parametrize("kind", ["hybrid", "offload"])
+def test_every_field_of_a_received_results_json_stays_text(browser_page, rich_runs, kind, tmp_path,
+                                                           capsys):
+    """Markup in any string, or a string in place of any number, of every field a hybrid or
+    offload run's results.json holds: the report shows it as text, or refuses the file in
+    one line (exit 2); never a script, never a traceback."""
+    from pagebench.reports.__main__ import main as render_reports
+
+    for mode, poison in (("strings", poisoned), ("numbers", numbers_poisoned)):
+        root = tmp_path / mode
+        shutil.copytree(rich_runs[kind], root)
+        (root / "results.json").write_text(json.dumps(poison(json.loads(
+            (rich_runs[kind] / "results.json").read_text()))))
+        status = render_reports([str(root)])
+        err = capsys.readouterr().err
+        if status == 2:
+            assert mode == "numbers" and err.count("\n") == 1 and "results.json" in err, err
+            continue
+        assert status == 0, (mode, err)
+        state = _page_state(browser_page, root / "report.html")
+        assert state == {"pwned": None, "scripts": 0, "handlers": [], "errors": []}, (mode, state)
 
 
 def test_the_sweep_table_fits_the_page(browser_page, source_run, tmp_path):

@@ -89,7 +89,13 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             update_baseline(current, baseline_path, rules, args.failures_only)
             return 0
-        rows = compare(current, load_baseline(baseline_path), rules)
+        base = load_baseline(baseline_path)
+        if base["jobs"] and not set(current) & set(base["jobs"]):
+            raise InputError(
+                f"no job of these results is in the baseline ({', '.join(sorted(current))}; it "
+                f"holds {', '.join(sorted(base['jobs']))}): run the baseline's config, or write "
+                "a baseline for these results with --update", path=str(baseline_path))
+        rows = compare(current, base, rules)
         if not rows:  # (a missing or incomplete job gives a row)
             raise InputError("0 checks made: no rule matches a metric of these results or of "
                              "the baseline, and a gate that checks nothing does not pass",

@@ -54,7 +54,56 @@ def read_results(path: Path) -> dict:
         if not isinstance(summary, dict) or not isinstance(summary.get("memory"), dict):
             raise InputError("must be a mapping with a 'memory' summary", path=str(path),
                              field=f"systems.{name}")
+    check_result_numbers(data, path)
     return data
+
+
+# The figures of a results.json (dotted paths; ``*`` a system's name, ``**`` any depth
+# below): each is a finite number or null. A received file that holds text, a boolean or
+# an Infinity there is refused in one line naming the field, before a report formats it
+# (``f"{x:,}"`` of a string) or the gate compares it (``True`` as 1, ``Infinity`` as
+# "improved"). Text keys below them (a layer group's ``kind``) may hold text.
+RESULT_NUMBERS = ("block_size", "capacity_slots", "seed", "workload.prompt_len.**",
+                  "workload.output_len.**", "workload.num_requests", "workload.total_*",
+                  "workload.arrival_span_s", "workload.mean_rate_rps", "model.num_params",
+                  "model.active_params", "model.bytes_per_slot", "model.max_model_len",
+                  "hardware.memory_gib", "hardware.hbm_bandwidth_gbps",
+                  "hardware.peak_fp16_tflops", "systems.*.slot_bytes",
+                  "systems.*.sharing_savings_pct", "systems.*.simulated_time_s",
+                  *(f"systems.*.{part}.**" for part in (
+                      "memory", "latency", "throughput", "batch", "steps", "time_by_phase_s",
+                      "requests", "preemptions", "swaps", "prefix_cache", "offload",
+                      "layer_groups")))
+RESULT_TEXT_KEYS = ("kind", "name", "label", "mode", "source", "note", "unit")
+
+
+def check_result_numbers(data: dict, path: Path) -> None:
+    """``InputError`` naming the first field of ``RESULT_NUMBERS`` in ``data`` (a results.json
+    read from ``path``) that is not a finite number or null."""
+    import math
+    from fnmatch import fnmatchcase
+
+    patterns = [pattern.replace(".**", "*") if pattern.endswith(".**") else pattern
+                for pattern in RESULT_NUMBERS]
+    todo: list[tuple[str, Any]] = [(str(key), value) for key, value in data.items()]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, dict):
+            todo += [(f"{where}.{key}", item) for key, item in value.items()]
+            continue
+        if isinstance(value, list):
+            todo += [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+            continue
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and math.isfinite(value)):
+            continue
+        leaf = where.rsplit(".", 1)[-1].split("[", 1)[0]
+        if isinstance(value, str) and leaf in RESULT_TEXT_KEYS:
+            continue
+        if any(fnmatchcase(where, pattern) for pattern in patterns):
+            shown = repr(value) if not isinstance(value, str) else repr(value[:40])
+            raise InputError(f"must be a finite number or null, got {shown}", path=str(path),
+                             field=where)
 
 
 # Config keys that cannot change results (they are left out of the hash): how a run is

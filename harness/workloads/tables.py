@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from harness.errors import ConfigError, InputError
-from harness.fileio import STRICT_JSON, TOO_DEEP, RepeatedKey, launch_path
+from harness.fileio import STRICT_JSON, TOO_DEEP, RepeatedKey, launch_path, long_integer
 
 FORMATS = ("csv", "jsonl", "json", "parquet")
 _EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
@@ -161,6 +161,11 @@ def iter_records(path: Path, gzipped: bool, fmt: str) -> Iterator[tuple[int, Any
                     yield line_no, None, str(err)
                 except RecursionError:
                     yield line_no, None, TOO_DEEP
+                except ValueError as err:  # an integer of more than 4,300 digits
+                    found = long_integer(err, line)
+                    if found is None:
+                        raise
+                    yield line_no, None, found[0] + (f" in field {found[2]!r}" if found[2] else "")
             return
         text = f.read()
     yield from _iter_json_array(text, str(path))
@@ -199,6 +204,12 @@ def _iter_json_array(text: str, path: str) -> Iterator[tuple[int, Any, str | Non
             raise InputError(str(err), path=path, line=start_line) from None
         except RecursionError:
             raise InputError(TOO_DEEP, path=path, line=start_line) from None
+        except ValueError as err:  # an integer of more than 4,300 digits
+            found = long_integer(err, text[pos:])
+            if found is None:
+                raise
+            raise InputError(found[0], path=path, line=line_at(pos) + found[1] - 1,
+                             field=found[2]) from None
         yield start_line, record, None
         pos = skip(pos)
         if pos < len(text) and text[pos] == ",":

@@ -1,0 +1,105 @@
+"""Numbers in received files (a results.json, a gate baseline, a trace): an integer of more
+than 4,300 digits, Infinity, a boolean or a string where a figure belongs is refused in one
+line naming the file, the line and the field (exit 2), never a ValueError traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import gate
+from harness.errors import InputError
+from harness.fileio import read_json
+from harness.run.results import read_results
+from harness.workloads.tables import read_table
+from test_gate import make_results, run_gate, write
+
+LONG = "7" * 5000
+
+
+def test_read_json_names_file_line_and_field_of_a_too_long_integer(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text('{\n  "seed": 0,\n  "block_size": ' + LONG + "\n}")
+    with pytest.raises(InputError) as err:
+        read_json(path)
+    assert str(err.value) == (f"{path}:3: field 'block_size': an integer of 5,000 digits "
+                              "(more than the 4,300 a number may have)")
+
+
+def test_a_jsonl_trace_names_the_line_and_field_of_a_too_long_integer(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"input_length": 10, "output_length": 5}\n'
+                     '{"input_length": ' + LONG + ', "output_length": 5}\n')
+    table = read_table(trace, "auto", ["input_length", "output_length"])
+    assert table.errors[1] == (None, "invalid record", "an integer of 5,000 digits (more than "
+                               "the 4,300 a number may have) in field 'input_length'")
+    assert table.lines == [1, 2]
+
+
+def test_a_json_array_trace_names_the_line_and_field_of_a_too_long_integer(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text('[\n{"input_length": 10, "output_length": 5},\n'
+                     '{"input_length": 3,\n "output_length": ' + LONG + "}\n]")
+    with pytest.raises(InputError, match=rf"{trace}:4: field 'output_length': an integer of "
+                                         r"5,000 digits"):
+        read_table(trace, "auto", ["input_length", "output_length"])
+
+
+@pytest.mark.parametrize("field, value, shown", [
+    ("throughput.output_tokens_per_s", float("inf"), "inf"),
+    ("preemptions", True, "True"),
+    ("memory.token_states_pct", "80.0", "'80.0'"),
+    ("latency.e2e_s.p50", float("nan"), "nan"),
+])
+def test_a_received_results_json_with_a_non_number_figure_is_refused(tmp_path, field, value,
+                                                                     shown):
+    results = make_results()
+    node = results["systems"]["paged"]
+    *parents, leaf = field.split(".")
+    for key in parents:
+        node = node[key]
+    node[leaf] = value
+    path = write(tmp_path / "r" / "results.json", results)
+    with pytest.raises(InputError) as err:
+        read_results(path)
+    assert str(err.value) == (f"{path}: field 'systems.paged.{field}': must be a finite "
+                              f"number or null, got {shown}")
+
+
+def test_the_gate_refuses_infinity_and_a_boolean_in_current_results(tmp_path, baseline, capsys):
+    for value in (float("inf"), True):
+        current = make_results()
+        current["systems"]["paged"]["throughput"]["output_tokens_per_s"] = value
+        code, report = run_gate(tmp_path, current, baseline)
+        err = capsys.readouterr().err
+        assert code == 2 and report is None, err
+        assert err.count("\n") == 1 and "systems.paged.throughput.output_tokens_per_s" in err
+
+
+def test_the_gate_refuses_a_too_long_integer_in_a_baseline(tmp_path, capsys):
+    path = tmp_path / "baseline.json"
+    path.write_text('{"pagebench_baseline": 1, "jobs": {"j": {"metrics": {"paged.preemptions": '
+                    + LONG + "}}}}")
+    run = write(tmp_path / "r" / "results.json", make_results())
+    assert gate.main([str(run), "--baseline", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {path}:1: field 'paged.preemptions': an integer of 5,000 digits " \
+                  "(more than the 4,300 a number may have)\n"
+
+
+def test_the_gate_without_a_baseline_for_any_of_the_results_is_a_usage_error(tmp_path, baseline,
+                                                                           capsys):
+    code, report = run_gate(tmp_path, make_results(block_size=32), baseline)
+    err = capsys.readouterr().err
+    assert code == 2 and report is None
+    assert err.count("\n") == 1 and "no job of these results is in the baseline" in err
+    assert "--update" in err and "docqa/n50/llama-2-13b/a100-80gb/bs16/seed0/sim" in err
+
+
+@pytest.fixture
+def baseline(tmp_path):
+    run = write(tmp_path / "base" / "results.json", make_results())
+    path = tmp_path / "baseline.json"
+    assert gate.main([str(run), "--baseline", str(path), "--update"]) == 0
+    return path
