@@ -12,6 +12,10 @@ workload.output_len=1 systems=[paged] jobs=1 report=false``, 50,000 and 250,000 
 196,484 and 420,564 KiB, 1,147 bytes per request between them, under
 ``/usr/bin/time -f %M``), rounded down. Longer prompts, more systems and worker processes
 only add to it. Replayed traces are bounded by their files and not estimated.
+
+``check_pools_fit`` does the same for the KV managers' own Python objects (a pool of 10^8
+blocks at ``block_size=1`` is several GB before the first step): ``pool_bytes`` measures two
+small builds of the system's manager and extrapolates to the run's pool.
 """
 
 from __future__ import annotations
@@ -71,3 +75,68 @@ def check_run_fits(workload_spec: Any, where: str = "workload") -> None:
             f"{where}.num_requests: {workload_spec.num_requests:,} requests need at least "
             f"{needed / 2**30:,.1f} GiB ({MIN_BYTES_PER_REQUEST} bytes each), more than the "
             f"{available / 2**30:,.1f} GiB of memory available; use fewer requests")
+
+
+# A KV manager's pools hold Python objects per block (a paged pool's free queue, reference
+# counts, cache keys: 65.7 bytes per block measured with tracemalloc over 10^6 blocks; a radix
+# tree's 40 bytes per slot), so a pool of 10^9 blocks needs tens of GB before the first step.
+# ``pool_bytes`` builds the system's manager at two small sizes and extrapolates linearly.
+PROBE_BLOCKS = (1 << 12, 1 << 14)
+
+
+def pool_bytes(system: Any, capacity_slots: int, cpu_slots: int, max_model_len: int,
+               model: Any) -> int | None:
+    """The Python memory (bytes) that building ``system``'s manager over ``capacity_slots``
+    device slots and ``cpu_slots`` swap slots takes, extrapolated from two builds of
+    ``PROBE_BLOCKS`` blocks (tracemalloc); None for a pool no larger than the probes, or one
+    the probes cannot build (the real build reports its own problem)."""
+    import tracemalloc
+
+    from pagebench.allocators.registry import MANAGERS
+
+    unit = getattr(system, "block_size", None) or 1
+    sizes = [blocks * unit for blocks in PROBE_BLOCKS]
+    if capacity_slots <= sizes[-1]:
+        return None
+    figures = []
+    for size in sizes:
+        scale = size / capacity_slots
+        was_tracing = tracemalloc.is_tracing()
+        if not was_tracing:
+            tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            manager = MANAGERS[system.kind].from_system(system, size, int(cpu_slots * scale),
+                                                        max_model_len, model)
+            figures.append(tracemalloc.get_traced_memory()[0] - before)
+            del manager
+        except Exception:  # noqa: BLE001 - a probe too small for the system: no estimate
+            return None
+        finally:
+            if not was_tracing:
+                tracemalloc.stop()
+    per_slot = (figures[1] - figures[0]) / (sizes[1] - sizes[0])
+    return int(figures[0] + per_slot * (capacity_slots - sizes[0]))
+
+
+def check_pools_fit(systems: list, capacity_slots: int, cpu_slots: int, max_model_len: int,
+                    model: Any, jobs: int = 1) -> None:
+    """``ConfigError`` when building the managers (``jobs`` at once: the largest ones) needs
+    more memory than is available, naming the largest pool and the figure."""
+    available = available_memory_bytes()
+    if available is None:
+        return
+    sized = sorted(((pool_bytes(s, capacity_slots, cpu_slots, max_model_len, model) or 0, s)
+                    for s in systems), key=lambda pair: -pair[0])
+    needed = sum(size for size, _ in sized[:max(1, jobs)])
+    if needed <= available:
+        return
+    size, system = sized[0]
+    block = f" of block {system.block_size}" if getattr(system, "block_size", None) else ""
+    raise ConfigError(
+        f"systems: {system.name}'s KV pool{block} over {capacity_slots:,} slots (+ {cpu_slots:,} "
+        f"swap slots) takes about {size / 2**30:,.1f} GiB of Python memory to build"
+        + (f" ({needed / 2**30:,.1f} GiB for {min(jobs, len(sized))} systems at once)"
+           if needed != size else "")
+        + f", more than the {available / 2**30:,.1f} GiB available; raise block_size, or lower "
+        "engine.kv_capacity_slots or engine.swap_space_gib")

@@ -12,7 +12,7 @@ def build_manager(system: SystemSpec, capacity_slots: int, model: ModelSpec, eng
     """The KV manager of ``system`` over ``capacity_slots`` device slots (+ CPU swap space,
     + the offload tiers of ``engine.offload``, which ``check_offload`` allowed; + a block
     residency log with ``engine.kv_residency``)."""
-    cpu_slots = int(engine.swap_space_gib * GIB // model.bytes_per_slot)
+    cpu_slots = cpu_pool_slots(model, engine)
     manager = MANAGERS[system.kind].from_system(system, capacity_slots, cpu_slots, max_model_len,
                                                 model)
     if engine.offload.enabled:
@@ -25,3 +25,8 @@ def build_manager(system: SystemSpec, capacity_slots: int, model: ModelSpec, eng
 
         manager.attach_residency(ResidencyLog(manager.num_blocks))
     return manager
+
+
+def cpu_pool_slots(model: ModelSpec, engine: EngineSpec) -> int:
+    """The slots of the CPU swap space (``engine.swap_space_gib``) for ``model``."""
+    return int(engine.swap_space_gib * GIB // model.bytes_per_slot)

@@ -45,7 +45,8 @@ from harness.fileio import write_json
 from harness.run.job_identity import config_hash
 from harness.run.results import SCHEMA_VERSION, write_table
 from harness.config.run_setup import RunSetup, check_block_sizes, run_setup
-from harness.config.systems import build_manager
+from harness.config.memory_estimate import check_pools_fit
+from harness.config.systems import build_manager, cpu_pool_slots
 
 if TYPE_CHECKING:
     from harness.workloads import Workload
@@ -121,7 +122,10 @@ def prepare_serving(cfg: Any) -> tuple[RunSetup, int]:
     engine = setup.engine
     jobs = resolve_jobs(cfg.get("jobs", "auto"), engine.executor, len(setup.systems))
     if engine.executor == "sim":  # the torch executor measures its pool on the device
-        check_block_sizes(setup.systems, kv_capacity_slots(setup.model, setup.hardware, engine))
+        capacity = kv_capacity_slots(setup.model, setup.hardware, engine)
+        check_block_sizes(setup.systems, capacity)
+        check_pools_fit(setup.systems, capacity, cpu_pool_slots(setup.model, engine),
+                        setup.max_model_len, setup.model, jobs)  # 10^9 blocks: not OOM-killed
     return setup, jobs
 
 
