@@ -44,10 +44,23 @@ def resolve_path(path: str, where: str = "workload") -> Path:
     candidate = launch_path(path)
     if candidate.is_dir():
         raise ConfigError(f"{where}.path: {candidate} is a directory: name the trace file in it")
+    if candidate.exists() and not candidate.is_file():  # a FIFO, a device (/dev/zero), a socket
+        raise ConfigError(f"{where}.path: {candidate} is {_file_kind(candidate)}, not a regular "
+                          "file: a trace is read whole, from a file (copy it into one)")
     if not candidate.is_file():
         raise ConfigError(f"{where}.path: no such file: {candidate} (set {where}.path to an existing trace "
                           "file; relative paths are taken from the directory you ran the command in)")
     return candidate
+
+
+def _file_kind(path: Path) -> str:
+    """What ``path`` (not a regular file, nor a directory) is, in words."""
+    import stat
+
+    mode = path.stat().st_mode
+    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def detect_format(path: Path, fmt: str, where: str = "workload") -> tuple[str, bool]:
