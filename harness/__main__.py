@@ -184,6 +184,35 @@ def _overridden_keys(node: str) -> list[str]:
     return keys
 
 
+def _refuse_unusable_run_dir() -> None:
+    """Exit 2 in one line, before Hydra creates anything, when the run directory
+    (``hydra.run.dir``, a sweep's ``hydra.sweep.dir``, or the default under the current
+    directory) cannot be used: ``harness.run.run_dir_check`` says why."""
+    from hydra._internal.utils import get_args_parser
+
+    from harness.run.run_dir_check import run_dir_problem
+
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        args, extra = parser.parse_known_args()
+    except (Exception, SystemExit):  # noqa: BLE001 - Hydra reports a bad command line itself
+        return
+    if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion:
+        return  # nothing is written
+    key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"
+    overrides = [*args.overrides, *(arg for arg in extra if not arg.startswith("-"))]
+    given = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith(key + "=")]
+    path = given[-1] if given else ("multirun" if args.multirun else "outputs")
+    if "${" in path or "," in path:
+        return  # Hydra resolves it
+    problem = run_dir_problem(Path(path))
+    if problem:
+        print(f"error: {key}={path}: {problem}; choose another directory ({key}=DIR)",
+              file=sys.stderr)
+        sys.exit(2)
+
+
 def _refuse_unknown_overrides() -> None:
     """Exit 2 (a config error, as ``+key=value`` of an unknown key gets) with
     ``override_check``'s message when the command line overrides a key that the config
@@ -212,4 +241,5 @@ def _refuse_unknown_overrides() -> None:
 if __name__ == "__main__":
     terminate_as_interrupt()  # SIGTERM (CI cancel, SLURM, timeout) is handled as Ctrl-C
     _refuse_unknown_overrides()
+    _refuse_unusable_run_dir()
     main()

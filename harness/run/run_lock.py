@@ -38,7 +38,11 @@ def claim_run_dir(out_dir: Path) -> Iterator[None]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     lock_path = out_dir / LOCK_NAME
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a directory of that name, a read-only directory
+        raise PagebenchError(f"{lock_path}: cannot open the run lock there ({exc.strerror}); "
+                             "choose another directory (hydra.run.dir=...)") from None
     try:
         _lock_exclusively(fd, out_dir, lock_path)
         token = f"{os.getpid()} {uuid.uuid4().hex}"
