@@ -137,9 +137,9 @@ def paged_unfilled_per_sequence(run: RunData) -> list[Measured]:
     for name, s in _systems_of(run, "paged").items():
         block_size = s["allocator"].get("block_size") or (run.results or {}).get("block_size")
         mean_seqs = (s.get("batch") or {}).get("mean_seqs") or 0.0
-        if mean_seqs <= 0 or not block_size:
+        slots = s["memory"].get("mean_slots")
+        if mean_seqs <= 0 or not block_size or not slots:
             continue
-        slots = s["memory"]["mean_slots"]
         unfilled = (slots["reserved"] + slots["internal_rounding"]) / mean_seqs
         out.append(Measured(name, unfilled,
                             f"time-averaged empty slots of allocated blocks / running sequences; "

@@ -128,10 +128,21 @@ def set_aside_earlier_jobs(sweep_dir: Path, planned: list[list[str]]) -> tuple[P
 
 
 def _overrides(job_dir: Path) -> list[str]:
-    """A job directory's overrides (``.hydra/overrides.yaml``; [] without one)."""
+    """A job directory's overrides (``.hydra/overrides.yaml``; [] without one); an
+    ``InputError`` naming the file when it is not a YAML list."""
     path = job_dir / ".hydra" / "overrides.yaml"
-    return [str(o) for o in yaml.safe_load(path.read_text(encoding="utf-8")) or []] \
-        if path.exists() else []
+    if not path.exists():
+        return []
+    try:
+        overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"not a readable YAML list of overrides ({reason})",
+                         path=str(path)) from None
+    if not isinstance(overrides, list):
+        raise InputError(f"must be a list of overrides, got {type(overrides).__name__}",
+                         path=str(path))
+    return [str(o) for o in overrides]
 
 
 def _job_dirs(sweep_dir: Path, depth: int = 3) -> list[Path]:

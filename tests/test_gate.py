@@ -145,7 +145,7 @@ def test_incomplete_missing_and_unknown_jobs_fail(tmp_path, baseline):
     code, report = run_gate(tmp_path, incomplete, baseline)
     assert code == 1 and verdicts(report)["run.complete"] == "INCOMPLETE"
     code, report = run_gate(tmp_path, [make_results(block_size=32), make_results()], baseline)
-    assert code == 1  # (no job at all in the baseline is a usage error: test_received_numbers)
+    assert code == 1  # (no job at all in the baseline is a usage error: test_received_files)
     assert [r["verdict"] for r in report["rows"] if r["metric"] == "(job)"] == ["NO BASELINE"]
     dropped = make_results()
     del dropped["systems"]["max"]

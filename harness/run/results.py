@@ -54,8 +54,57 @@ def read_results(path: Path) -> dict:
         if not isinstance(summary, dict) or not isinstance(summary.get("memory"), dict):
             raise InputError("must be a mapping with a 'memory' summary", path=str(path),
                              field=f"systems.{name}")
+    check_result_shape(data, path)
     check_result_numbers(data, path)
     return data
+
+
+# What every system's summary holds (``harness.run.serve``), which the report and the gate
+# read: each key a mapping holding these keys (None: a figure).
+RESULT_SYSTEM_KEYS = {
+    "memory": ("token_states_pct", "reserved_pct", "internal_fragmentation_pct",
+               "external_fragmentation_pct", "idle_pct"),
+    "requests": ("finished", "rejected", "unfinished"),
+    "throughput": ("requests_per_s", "output_tokens_per_s"),
+    "latency": ("ttft_s", "e2e_s"),
+    "batch": ("mean_seqs",),
+    "preemptions": None,
+}
+# Keys that, where present, hold a mapping (a system's ``latency.<metric>`` too).
+RESULT_MAPPINGS = ("model", "hardware", "allocator", "prefix_cache",
+                   "time_by_phase_s", "layer_groups", "offload", "cost_model")
+
+
+def check_result_shape(data: dict, path: Path) -> None:
+    """``InputError`` naming the first key of a results.json's systems that is missing, or
+    holds something other than a mapping where a mapping belongs."""
+    def mapping(value: Any, field: str) -> dict:
+        if not isinstance(value, dict):
+            raise InputError(f"must be a mapping, got {type(value).__name__}", path=str(path),
+                             field=field)
+        return value
+
+    for key in ("model", "hardware"):
+        if key in data:
+            mapping(data[key], key)
+    for name, summary in data["systems"].items():
+        for key, inner in RESULT_SYSTEM_KEYS.items():
+            where = f"systems.{name}.{key}"
+            if key not in summary:
+                raise InputError("missing (every system's summary has it)", path=str(path),
+                                 field=where)
+            for part in inner or ():
+                if part not in mapping(summary[key], where):
+                    raise InputError("missing (every system's summary has it)", path=str(path),
+                                     field=f"{where}.{part}")
+        for metric, figures in summary["latency"].items():
+            if figures is not None:
+                mapping(figures, f"systems.{name}.latency.{metric}")
+        for key in RESULT_MAPPINGS:
+            for holder, where in ((summary, f"systems.{name}"),
+                                  (summary["memory"], f"systems.{name}.memory")):
+                if key in holder:
+                    mapping(holder[key], f"{where}.{key}")
 
 
 # The figures of a results.json (dotted paths; ``*`` a system's name, ``**`` any depth

@@ -103,3 +103,45 @@ def baseline(tmp_path):
     path = tmp_path / "baseline.json"
     assert gate.main([str(run), "--baseline", str(path), "--update"]) == 0
     return path
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r["systems"]["paged"].pop("requests"),
+     "field 'systems.paged.requests': missing (every system's summary has it)"),
+    (lambda r: r["systems"]["paged"]["memory"].pop("idle_pct"),
+     "field 'systems.paged.memory.idle_pct': missing (every system's summary has it)"),
+    (lambda r: r["systems"]["paged"].__setitem__("latency", [1]),
+     "field 'systems.paged.latency': must be a mapping, got list"),
+    (lambda r: r["systems"]["paged"]["latency"].__setitem__("ttft_s", 0.5),
+     "field 'systems.paged.latency.ttft_s': must be a mapping, got float"),
+    (lambda r: r.__setitem__("model", "llama"), "field 'model': must be a mapping, got str"),
+])
+def test_a_received_results_json_of_the_wrong_shape_is_refused(tmp_path, change, message):
+    results = make_results()
+    change(results)
+    path = write(tmp_path / "r" / "results.json", results)
+    with pytest.raises(InputError) as err:
+        read_results(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_the_report_refuses_a_wrong_shape_and_a_broken_overrides_file_in_one_line(tmp_path,
+                                                                                 capsys):
+    from pagebench.reports.__main__ import main as render_reports
+
+    results = make_results()
+    del results["systems"]["max"]["throughput"]
+    run = write(tmp_path / "run" / "results.json", results).parent
+    assert render_reports([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {run / 'results.json'}: field 'systems.max.throughput': missing "
+                   "(every system's summary has it)\n")
+    sweep = tmp_path / "sweep"
+    write(sweep / "0" / "results.json", make_results())
+    (sweep / "0" / ".hydra").mkdir()
+    broken = sweep / "0" / ".hydra" / "overrides.yaml"
+    broken.write_text("- block_size=8\n- [unclosed\n")
+    assert render_reports([str(sweep), "--no-jobs"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {broken}: not a readable YAML list of overrides (")
+    assert err.count("\n") == 1
