@@ -143,6 +143,10 @@ class SweepReportCallback(Callback):
             from pagebench.reports.sweep import render_sweep_report
 
             out = render_sweep_report(sweep_dir)
+        except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) while drawing: exit 130, no traceback
+            print(f"interrupted: sweep report not written; draw it with: python -m "
+                  f"pagebench.reports {sweep_dir}", file=sys.stderr, flush=True)
+            raise SystemExit(130) from None
         except Exception as exc:  # noqa: BLE001 - the jobs' results are safe; say how to retry
             print(f"sweep report not written ({exc}); retry with: python -m pagebench.reports {sweep_dir}",
                   file=sys.stderr)

@@ -241,3 +241,16 @@ def test_an_incomplete_job_is_marked_in_the_figure_and_every_figure_has_a_captio
     assert STOPPED_LABEL not in labels
     text = render_sweep_report(sweep).read_text()
     assert text.count("<figure>") == text.count("<figcaption>") > 0
+
+
+def test_ctrl_c_while_the_sweep_report_is_drawn_exits_130_without_a_traceback(tmp_path,
+                                                                            monkeypatch, capsys):
+    def interrupted(sweep_dir):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("pagebench.reports.sweep.render_sweep_report", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        SweepReportCallback()._render(tmp_path)
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == (f"interrupted: sweep report not written; draw it with: "
+                                       f"python -m pagebench.reports {tmp_path}\n")
