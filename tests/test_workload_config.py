@@ -123,3 +123,17 @@ def test_mixture_component_errors_name_the_component():
 def test_max_model_len_must_be_sensible():
     with pytest.raises(ConfigError, match="max_model_len"):
         build_workload(preset("fixed"), seed=0, max_model_len=1)
+
+
+def test_a_timestamp_column_under_an_arrival_process_that_ignores_it_is_refused():
+    from harness.errors import ConfigError
+    from harness.workloads.build import parse_workload
+
+    table = {"kind": "table", "path": "t.csv", "input_column": "i", "output_column": "o",
+             "timestamp_column": "t", "arrival": {"process": "poisson", "rate": 1.0}}
+    with pytest.raises(ConfigError, match=r"workload\.timestamp_column: is read only with "
+                                          r"arrival\.process=trace .*this arrival process is "
+                                          r"poisson, which ignores the trace's times"):
+        parse_workload(table)
+    parse_workload({**table, "arrival": {"process": "trace"}})  # replayed
+    parse_workload({**table, "start_s": 10.0})  # a time window reads it

@@ -145,6 +145,12 @@ class TableSpec(TraceSpec):
         units = ("s", "ms", "us", "ns", "datetime")
         check(self.timestamp_unit in units, "timestamp_unit",
               f"must be one of {', '.join(units)}; got {self.timestamp_unit!r}")
+        used = (self.arrival.process == "trace" or self.start_s is not None
+                or self.end_s is not None)
+        check(self.timestamp_column is None or used, "timestamp_column",
+              f"is read only with arrival.process=trace (or a time window, start_s/end_s), "
+              f"and this arrival process is {self.arrival.process}, which ignores the trace's "
+              f"times: set workload.arrival.process=trace, or remove it (timestamp_column=null)")
 
 
 @register("table", TableSpec)
