@@ -145,3 +145,12 @@ def test_the_report_refuses_a_wrong_shape_and_a_broken_overrides_file_in_one_lin
     err = capsys.readouterr().err
     assert err.startswith(f"error: {broken}: not a readable YAML list of overrides (")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "a/b", "..", "a\\b"])
+def test_a_system_name_that_is_a_path_is_refused_before_a_table_is_opened(tmp_path, name):
+    results = make_results()
+    results["systems"][name] = results["systems"].pop("max")
+    path = write(tmp_path / "r" / "results.json", results)
+    with pytest.raises(InputError, match="not a system name"):
+        read_results(path)

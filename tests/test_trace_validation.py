@@ -377,3 +377,22 @@ def test_an_unterminated_csv_quote_names_the_line_it_opens_on(tmp_path):
                       "2023-11-16 18:15:52.0,10,5", "2023-11-16 18:15:53.0,10,5")
     raises_at("azure_conv", path, 4, None, "unterminated quote: the quoted field that starts on "
                                            "this line is never closed")
+
+
+def test_a_long_malformed_value_is_cut_in_the_error_line(tmp_path):
+    path = azure_file(tmp_path, GOOD[0], "2023-11-16 18:15:52.0," + "9x" * 2300 + ",44")
+    message = raises_at("azure_conv", path, 3, "ContextTokens", "not an integer: '9x9x")
+    assert len(message) < 400 and "... (4,602 characters)" in message, message
+
+
+def test_date_time_stamps_read_as_numbers_suggest_the_datetime_unit(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("t,p,o\n2023-11-16 18:15:46,10,5\n2023-11-16 18:15:50,10,5\n")
+    table = {"kind": "table", "path": str(path), "input_column": "p", "output_column": "o",
+             "timestamp_column": "t", "arrival": {"process": "trace"}}
+    with pytest.raises(InputError) as info:
+        build_workload(table, seed=0, max_model_len=1 << 16)
+    assert str(info.value) == (f"{path}:2: field 't': not a number: '2023-11-16 18:15:46' (the "
+                               "column holds date-times: set workload.timestamp_unit=datetime)")
+    assert "on_error" not in str(info.value)
+    build_workload({**table, "timestamp_unit": "datetime"}, seed=0, max_model_len=1 << 16)

@@ -51,6 +51,9 @@ def read_results(path: Path) -> dict:
             raise InputError(f"must be a mapping, got {type(data[key]).__name__}",
                              path=str(path), field=key)
     for name, summary in data["systems"].items():
+        if not name or name.strip(".") == "" or any(c in name for c in "/\\\0"):
+            raise InputError("not a system name (its tables are steps_<name>.csv beside it: no "
+                             "path separators)", path=str(path), field=f"systems.{name}")
         if not isinstance(summary, dict) or not isinstance(summary.get("memory"), dict):
             raise InputError("must be a mapping with a 'memory' summary", path=str(path),
                              field=f"systems.{name}")

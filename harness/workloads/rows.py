@@ -24,6 +24,9 @@ TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 _INT_LIMIT = 1 << 53
 
 
+MAX_DETAIL = 200  # characters of a malformed value shown in an error line
+
+
 class _Bad(Exception):
     def __init__(self, kind: str, detail: str = "") -> None:
         super().__init__(kind)
@@ -129,9 +132,13 @@ class RowParser:
         self.on_error = on_error
         self.errors: dict[int, tuple[str | None, str, str]] = dict(table.errors)
         self.num_rows = len(table)
+        self.fixes: dict[str, str] = {}  # column -> the fix of its errors, when it is not the row
 
     def error(self, row: int, field: str | None, kind: str, detail: str = "") -> None:
-        """Record a malformed value; the first one per row wins."""
+        """Record a malformed value; the first one per row wins. A long detail is cut (a
+        4,575-character value would fill the error line)."""
+        if len(detail) > MAX_DETAIL:
+            detail = f"{detail[:MAX_DETAIL - 20]}... ({len(detail):,} characters)"
         self.errors.setdefault(int(row), (field, kind, detail))
 
     def _convert(self, column: str, parse, dtype, fill) -> np.ndarray:
@@ -179,7 +186,12 @@ class RowParser:
         """Column as float64 seconds: numbers in ``unit`` (s|ms|us|ns) or date-times ('datetime')."""
         values = self.table.columns[column]
         if unit != "datetime":
-            return self._convert(column, parse_float, np.float64, np.nan) * TIME_UNITS[unit]
+            out = self._convert(column, parse_float, np.float64, np.nan) * TIME_UNITS[unit]
+            bad = [row for row, error in self.errors.items() if error[0] == column]
+            if bad and _is_datetime(values[min(bad)]):
+                self.fixes[column] = ("the column holds date-times: set "
+                                      "workload.timestamp_unit=datetime")
+            return out
         stamps = None
         if all(type(v) is str for v in values):
             try:
@@ -243,13 +255,23 @@ class RowParser:
         if self.on_error == "raise":
             row = min(self.errors)
             field, kind, detail = self.errors[row]
-            raise InputError(f"{kind}{': ' + detail if detail else ''} (fix the row, or set "
-                             "workload.on_error=skip to skip malformed rows and count them)",
+            fix = self.fixes.get(field) or ("fix the row, or set workload.on_error=skip to skip "
+                                            "malformed rows and count them")
+            raise InputError(f"{kind}{': ' + detail if detail else ''} ({fix})",
                              path=self.table.path, line=self.table.lines[row], field=field)
         for row, (field, kind, _) in self.errors.items():
             tally.skipped[f"{field}: {kind}" if field else kind] += 1
         keep[list(self.errors)] = False
         return keep
+
+
+def _is_datetime(value: Any) -> bool:
+    """Whether ``value`` reads as a date-time (``timestamp_unit=datetime`` would take it)."""
+    try:
+        parse_datetime(value)
+    except _Bad:
+        return False
+    return True
 
 
 def _longest_ordered_run(times: list[float]) -> list[int]:
