@@ -31,7 +31,7 @@ from harness.config.specs import wants_report
 from harness.errors import ConfigError, PagebenchError
 from harness.run.interrupts import terminate_as_interrupt
 from harness.run.rejections import SERVED_NOTHING
-from harness.fileio import atomic_write_text
+from harness.fileio import atomic_write_bytes, atomic_write_text
 from harness.run.job_identity import config_hash
 from harness.run.results import existing_complete_results, set_aside_previous_run
 from harness.run.run_lock import claim_run_dir
@@ -106,6 +106,7 @@ def main(cfg: DictConfig) -> None:
             exc = PagebenchError(f"config: {exc}".splitlines()[0])
         if previous is not None:
             _put_back(previous, out_dir)
+        _restore_earlier_hydra(out_dir)
         print(f"error: {exc}", file=sys.stderr)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             # a sweep records this job as failed (job_failed.txt) and runs the others
@@ -211,6 +212,40 @@ def _refuse_unusable_run_dir() -> None:
         print(f"error: {key}={path}: {problem}; choose another directory ({key}=DIR)",
               file=sys.stderr)
         sys.exit(2)
+    if not args.multirun:
+        _EARLIER_HYDRA.update(hydra_files_of_earlier_run(Path(path)))
+
+
+# The earlier run's .hydra/ files (path -> bytes) and its results.json's (size, mtime), read
+# before Hydra rewrites them: a run refused on its config puts them back (``main``).
+_EARLIER_HYDRA: dict = {}
+
+
+def hydra_files_of_earlier_run(run_dir: Path) -> dict:
+    """``{"files": {path: bytes}, "results": (size, mtime_ns)}`` when ``run_dir`` holds an
+    earlier run's results.json, else {}."""
+    results = run_dir / "results.json"
+    try:
+        stat = results.stat()
+        files = {p: p.read_bytes() for p in sorted((run_dir / ".hydra").glob("*.yaml"))}
+    except OSError:
+        return {}
+    return {"files": files, "results": (stat.st_size, stat.st_mtime_ns)}
+
+
+def _restore_earlier_hydra(out_dir: Path) -> None:
+    """After a refused run: the earlier run's .hydra/ files again, if its results.json is
+    still the one in ``out_dir`` (Hydra wrote this run's over them before any check ran)."""
+    if not _EARLIER_HYDRA:
+        return
+    try:
+        stat = (out_dir / "results.json").stat()
+        if (stat.st_size, stat.st_mtime_ns) != _EARLIER_HYDRA["results"]:
+            return
+        for path, data in _EARLIER_HYDRA["files"].items():
+            atomic_write_bytes(path, data)
+    except OSError:
+        return
 
 
 def _refuse_unknown_overrides() -> None:

@@ -71,3 +71,12 @@ def test_a_read_only_file_system_holding_an_earlier_run_is_left_as_it_was(tmpfs,
     assert "cannot write into it: Read-only file system" in _refused(run_cli, run_dir)
     assert "cannot create it: Read-only file system" in _refused(run_cli, tmpfs / "new")
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_refused_run_leaves_the_earlier_runs_hydra_files_beside_its_results(tmp_path, run_cli):
+    assert run_cli(tmp_path, *SMALL, "block_size=8").returncode == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / ".hydra").glob("*.yaml")}
+    refused = run_cli(tmp_path, *SMALL, "block_size=0")
+    assert refused.returncode == 2 and "error: block_size" in refused.stderr
+    assert {p.name: p.read_bytes() for p in (tmp_path / ".hydra").glob("*.yaml")} == before
+    assert b"block_size=8" in before["overrides.yaml"]
