@@ -271,6 +271,12 @@ def _refuse_unknown_overrides() -> None:
     if message:
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
+    if not args.multirun:
+        from harness.config.override_check import sweep_without_multirun
+
+        note = sweep_without_multirun(overrides)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
 
 
 if __name__ == "__main__":

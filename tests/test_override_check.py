@@ -194,3 +194,14 @@ def test_the_tree_of_each_option_is_what_hydra_composes_at_every_depth(group, op
     from harness.config.conf_tree import option_trees
 
     assert _shape(option_trees()[group][option]) == _shape(_composed(f"{group}={option}")[group])
+
+
+def test_a_sweep_experiment_without_multirun_gets_a_note():
+    from harness.config.override_check import sweep_without_multirun
+
+    note = sweep_without_multirun(["experiment=block_size_sweep", "workload.num_requests=5"])
+    assert note.startswith("experiment=block_size_sweep is a sweep (block_size=1,2,4,8,16,32,64,"
+                           "128,256")
+    assert "without -m this runs one job" in note and "add -m" in note
+    assert sweep_without_multirun(["experiment=vllm_fig2"]) is None  # not a sweep
+    assert sweep_without_multirun(["block_size=16"]) is None

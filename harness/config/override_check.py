@@ -288,3 +288,25 @@ def _field_class(cls: type | None, key: str) -> type | None:
         if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
             return candidate
     return None
+
+
+def sweep_without_multirun(overrides: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+    """The note for a command line without ``-m`` that selects an experiment which is a
+    sweep (its YAML sets ``hydra.sweeper.params``): Hydra runs one job of it, silently."""
+    import yaml
+
+    for override in overrides:
+        key, _, name = override.lstrip("+").partition("=")
+        if key != "experiment" or not name or "," in name:
+            continue
+        try:
+            data = yaml.safe_load((conf_dir / "experiment" / f"{name}.yaml").read_text())
+            params = data["hydra"]["sweeper"]["params"]
+        except (OSError, yaml.YAMLError, KeyError, TypeError):
+            continue
+        if isinstance(params, dict) and params:
+            swept = ", ".join(f"{k}={v}" for k, v in params.items())
+            return (f"experiment={name} is a sweep ({swept}); without -m this runs one job, "
+                    f"with the config's own values: add -m to run the sweep "
+                    f"(python -m harness -m experiment={name})")
+    return None
