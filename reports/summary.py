@@ -45,8 +45,19 @@ def _cells(summary: dict) -> list[str]:
               _number(summary, "throughput", "requests_per_s"),
               _number(summary, "latency", "ttft_s", "p50"), _number(summary, "preemptions"),
               _number(summary, "throughput", "makespan_s"))
-    formats = ("{:.1f}", "{:.1f}", "{:.2f}", "{:.3g}", "{:,.0f}", "{:,.0f}")
-    return ["-" if v is None else f.format(v) for f, v in zip(formats, values)]
+    formats = ("{:.1f}", "{:.1f}", "{:.2f}", readable_seconds, "{:,.0f}", "{:,.0f}")
+    return ["-" if v is None else f(v) if callable(f) else f.format(v)
+            for f, v in zip(formats, values)]
+
+
+def readable_seconds(value: float) -> str:
+    """Three significant digits, never an exponent: 2,304 / 23.0 / 0.0312."""
+    import math
+
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"
 
 
 def system_table(rows: list[tuple[str, dict]]) -> list[str]:
@@ -179,6 +190,19 @@ def print_run_summary(out_dir: Path, file: TextIO | None = None) -> None:
     else:
         return
     print("\n".join(lines), file=file, flush=True)
+    _append_to_log(out_dir / "pagebench.log", lines)
+
+
+def _append_to_log(log: Path, lines: list[str]) -> None:
+    """The summary in the run's log too (Hydra's ``pagebench.log``, which would otherwise
+    hold nothing: the console lines are not log records), when the run has one."""
+    if not log.is_file():
+        return
+    try:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+    except OSError:
+        pass  # the console has it; a log that cannot be written is not the run's failure
 
 
 def print_sweep_summary(sweep_dir: Path, jobs: list, file: TextIO | None = None) -> None:

@@ -21,7 +21,10 @@ def test_bars_follow_what_the_workers_publish(capsys):
     assert re.search(r"max: +70%.*7/10.*sim t=42s", err)
 
 
-def test_a_parallel_run_shows_a_bar_per_system(tmp_path, capsys):
+def test_a_parallel_run_shows_a_bar_per_system(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars are drawn on a terminal only
     run_in_process(tmp_path / "run", "systems=[paged,oracle]", "jobs=2", "progress=true")
     err = capsys.readouterr().err
     assert "running 2 systems in 2 processes" in err

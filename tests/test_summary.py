@@ -59,7 +59,7 @@ def test_summary_of_a_serving_run_lists_each_system_then_the_paths(tmp_path):
     assert lines[0] == "summary:"
     assert lines[1].split() == ["token", "states", "%", "waste", "%", "req/s", "TTFT", "p50",
                                 "(s)", "preemptions", "drain", "(s)"]
-    assert lines[2].split() == ["paged", "90.0", "10.0", "1.67", "1.8e+03", "5,210", "7,213"]
+    assert lines[2].split() == ["paged", "90.0", "10.0", "1.67", "1,800", "5,210", "7,213"]
     assert lines[3] == "  offered load: 3.40 req/s over a 3,537 s trace"
     assert lines[4].startswith("note: Queueing dominates latency")
     assert lines[-2:] == [f"results.json: {tmp_path / 'results.json'}",
@@ -111,3 +111,20 @@ def test_summary_of_a_sweep_has_a_line_per_job_and_system(tmp_path):
     assert [line.split()[:3] for line in lines[2:4]] == [["0", "block_size=8", "paged"],
                                                           ["1", "block_size=16", "paged"]]
     assert lines[-1] == f"sweep_report.html: {tmp_path / 'sweep_report.html'}"
+
+
+def test_latencies_read_as_plain_numbers():
+    from pagebench.reports.summary import readable_seconds
+
+    assert [readable_seconds(v) for v in (2303.6, 3730.3, 23.04, 1.0, 0.03116, 0.0)] == \
+        ["2,304", "3,730", "23.0", "1.00", "0.0312", "0"]
+
+
+def test_a_run_off_a_terminal_draws_no_bars_and_logs_its_summary(tmp_path, run_cli):
+    done = run_cli(tmp_path, "workload=docqa", "workload.num_requests=20", "report=false",
+                   "systems=[paged,max]")  # progress=true (the default), stderr a pipe
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stderr and "\x1b" not in done.stderr and "req/s]" not in done.stderr
+    log = (tmp_path / "pagebench.log").read_text()
+    summary = done.stderr[done.stderr.index("summary:"):]
+    assert summary.strip() and summary in log

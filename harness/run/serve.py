@@ -148,7 +148,8 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     workload = build_workload(cfg.workload, seed=seed, max_model_len=max_model_len)
     context = RunContext(workload, model, hardware, engine, capacity, max_model_len, seed, out_dir,
                          setup.slo)
-    show_progress = bool(cfg.get("progress", True))
+    # bars only on a terminal: in a log file their redraws are hundreds of escape-code lines
+    show_progress = bool(cfg.get("progress", True)) and sys.stderr.isatty()
     print(f"pagebench {__version__}: workload={workload.name} ({len(workload.requests)} requests) "
           f"model={model.name} hardware={hardware.name} executor={engine.executor} capacity={capacity} slots "
           f"({capacity * model.bytes_per_slot / 2**30:.1f} GiB KV"
