@@ -420,7 +420,9 @@ def render_sweep_report(sweep_dir: Path | str) -> Path:
         shown = ["job", "status", *swept, "system", *[k for k, _ in metric_cols]]
         labels = ["job", "status", *swept, "system", *[lab for _, lab in metric_cols]]
         sort_cols = [c for c in (*swept, "system") if c in frame]
-        ordered = frame.sort_values(sort_cols, key=lambda s: s.map(_sortable)) if sort_cols else frame
+        counted = _with_int_counts(frame)  # counts as whole numbers: 9, not 9.000
+        ordered = (counted.sort_values(sort_cols, key=lambda s: s.map(_sortable)) if sort_cols
+                   else counted)
         parts.append("<h2 id='table'>All results</h2>")
         parts.append(table(labels, [[_cell(row.get(c)) for c in shown]
                                     for row in ordered.to_dict("records")],
@@ -444,6 +446,8 @@ def _sortable(value):
 
 
 def _cell(value):
+    if value is pd.NA:
+        return None
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (np.floating,)):

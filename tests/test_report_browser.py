@@ -274,3 +274,33 @@ def test_the_sweep_table_fits_the_page(browser_page, source_run, tmp_path):
         const table = document.querySelector('#sweep-table');
         return [table.scrollWidth, table.parentElement.clientWidth]; }""")
     assert table_width <= page_width  # every metric's column is on the page, no scrolling
+
+
+def test_sweep_table_headers_break_between_words_and_counts_are_whole(browser_page, source_run,
+                                                                      tmp_path):
+    from pagebench.reports.sweep import render_sweep_report
+    from test_sweep import fake_sweep
+
+    report = render_sweep_report(fake_sweep(tmp_path, source_run))
+    browser_page.goto(report.as_uri(), wait_until="load")
+    split = browser_page.evaluate("""() => {
+        const split = [];
+        for (const th of document.querySelectorAll('#sweep-table th')) {
+            const text = th.firstChild;
+            if (!text || text.nodeType !== Node.TEXT_NODE) continue;
+            let start = 0;
+            for (const word of text.data.split(/[ -]/)) {  // (a line may end at a hyphen)
+                const range = document.createRange();
+                range.setStart(text, start); range.setEnd(text, start + word.length);
+                const lines = new Set(Array.from(range.getClientRects()).map(r => Math.round(r.top)));
+                if (word && lines.size > 1) split.push(word);
+                start += word.length + 1;
+            }
+        }
+        return split; }""")
+    assert split == []  # no header word is broken across lines (only at spaces and hyphens)
+    header = browser_page.locator("#sweep-table thead th").all_inner_texts()
+    column = [h.replace("\\n", " ") for h in header].index("preemptions (count)")
+    cells = browser_page.evaluate(f"""() => Array.from(document.querySelectorAll(
+        '#sweep-table tbody tr')).map(tr => tr.cells[{column}].innerText.trim())""")
+    assert cells and all(c == "–" or c.replace(",", "").isdigit() for c in cells), cells
