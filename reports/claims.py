@@ -300,6 +300,17 @@ def _judge(expect: dict, m: Measured) -> tuple[str, str]:
     return f"{target:.4g} ± {tolerance:.3g}", verdict
 
 
+def _check_workload(run: RunData, workloads: list[str] | None) -> None:
+    """``NotMeasured`` when the claim names the workloads it applies to and the run's is
+    another (its figure would be compared with a setting the article did not measure)."""
+    workload = (run.results or {}).get("workload") or {}
+    kind = workload.get("kind") or workload.get("name")
+    if workloads and kind not in workloads:
+        raise NotMeasured(f"not comparable: the article measured it on {', '.join(workloads)}-"
+                          f"style requests (long outputs, unknown ahead); this run's workload is "
+                          f"{kind} (compare with workload={workloads[0]})")
+
+
 def evaluate_claims(run: RunData, path: Path = CLAIMS_FILE) -> list[Row]:
     """One row per (claim, check, subject); a check with no data gives one 'not measured' row."""
     rows = []
@@ -310,6 +321,7 @@ def evaluate_claims(run: RunData, path: Path = CLAIMS_FILE) -> list[Row]:
             unit = check.get("unit", "")
             try:
                 measured = MEASURES[check["measure"]](run, **(check.get("params") or {}))
+                _check_workload(run, claim.get("workloads"))
             except NotMeasured as why:
                 rows.append(Row(claim["id"], text, str(claim["article_value"]), "–", None, unit,
                                 "–", NOT_MEASURED, str(why), conditions))

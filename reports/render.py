@@ -123,6 +123,31 @@ def _header(run: RunData) -> list[str]:
     return parts
 
 
+# A contiguous system's buddy rounding is worth a sentence from this share of its pool.
+BUDDY_NOTE_PCT = 5.0
+
+
+def buddy_rounding_notes(systems: dict[str, dict]) -> list[str]:
+    """A sentence per contiguous system on a buddy arena whose rounding takes at least
+    ``BUDDY_NOTE_PCT`` of its pool: why an exact (oracle) reservation can waste about as
+    much as a power-of-two (pow2) one."""
+    notes = []
+    for name, s in systems.items():
+        allocator, memory = s.get("allocator") or {}, s.get("memory") or {}
+        rounding = memory.get("internal_rounding_pct")
+        if (allocator.get("kind") != "contiguous" or allocator.get("arena") != "buddy"
+                or not isinstance(rounding, (int, float)) or rounding < BUDDY_NOTE_PCT):
+            continue
+        exact = (" Its policy reserves exactly what each request will hold, so this "
+                 "rounding is most of its waste, and it reads close to pow2."
+                 if allocator.get("policy") == "oracle" else "")
+        notes.append(f"<p class='note buddy-rounding'>{esc(name)}: {fmt(rounding)}% of the pool "
+                     "is buddy rounding: the buddy arena hands out power-of-two extents, so a "
+                     "reservation of 1,100 slots takes 2,048 (the 948 past it are internal "
+                     f"fragmentation, 'internal: rounding %' above).{exact}</p>")
+    return notes
+
+
 def _memory_section(run: RunData, colors: dict[str, str]) -> list[str | PendingFigure]:
     systems, steps = run.systems, run.steps
     parts = ["<h2 id='memory'>Memory</h2>"]
@@ -135,6 +160,7 @@ def _memory_section(run: RunData, colors: dict[str, str]) -> list[str | PendingF
                                "block) and page padding (a hybrid manager's unified pages)."))
     header, rows = memory_rows(systems)
     parts.append(table(header, rows, text_columns=(0,), css_id="memory-table"))
+    parts += buddy_rounding_notes(systems)
     parts += layer_group_parts(systems)
     capacity = {n: systems[n]["memory"]["capacity_slots"] for n in systems}
     if steps:

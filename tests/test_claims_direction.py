@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pagebench.reports.claims import FAILS, HOLDS, evaluate_claims
+from pagebench.reports.claims import FAILS, HOLDS, NOT_MEASURED, evaluate_claims
 from pagebench.reports.rundata import RunData
 
 
@@ -11,7 +11,8 @@ def run_with_contiguous_waste(token_states_pct: float) -> RunData:
     holding token states (waste = 100 - token_states_pct)."""
     system = {"allocator": {"kind": "contiguous", "policy": "oracle"}, "steps": 10,
               "memory": {"token_states_pct": token_states_pct, "idle_pct": 0.0}}
-    return RunData(run_dir=None, results={"systems": {"oracle": system}})
+    return RunData(run_dir=None, results={"systems": {"oracle": system},
+                                          "workload": {"kind": "sharegpt_like"}})
 
 
 def verdict(token_states_pct: float) -> tuple[str, str]:
@@ -28,3 +29,12 @@ def test_contiguous_waste_above_the_articles_range_holds_the_claim():
 
 def test_contiguous_waste_below_the_claim_does_not_hold():
     assert verdict(55.0) == ("≥ 60", FAILS)   # 45% waste
+
+
+def test_contiguous_waste_is_not_compared_on_a_workload_the_article_did_not_measure():
+    run = run_with_contiguous_waste(62.0)  # 38% waste, as the default docqa run's pow2
+    run.results["workload"] = {"kind": "docqa"}
+    [row] = [r for r in evaluate_claims(run) if r.claim_id == "contiguous_waste"]
+    assert row.verdict == NOT_MEASURED
+    assert row.how.startswith("not comparable: the article measured it on sharegpt_like")
+    assert "this run's workload is docqa (compare with workload=sharegpt_like)" in row.how

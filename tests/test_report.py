@@ -149,7 +149,8 @@ def test_claims_table_checks_the_worked_examples_and_this_run(run_dir, results):
     assert utilisation.measured == pytest.approx(100 * 17 / 32) and utilisation.verdict == HOLDS
     per_seq = by_id["paged_waste_per_sequence"][0]
     assert per_seq.subject == "paged" and "7.5" in per_seq.expected
-    assert [r.subject for r in by_id["contiguous_waste"]] == ["max", "pow2", "oracle"]
+    [waste] = by_id["contiguous_waste"]  # docqa: not the article's kind of requests
+    assert waste.verdict == NOT_MEASURED and waste.how.startswith("not comparable")
     assert by_id["indirection_overhead"][0].verdict == NOT_MEASURED
     # the HTML holds the same verdicts, one row per measurement
     claims_html = parse(run_dir / "report.html").tables["claims-table"]
@@ -362,3 +363,19 @@ def test_layer_group_sentence_escapes_every_received_value():
                                "attention_block_size": markup, "kinds": []}}
     html = "".join(layer_group_parts({"h": hybrid}))
     assert "<script>" not in html and html.count("&lt;script&gt;") == 4 and "3,000" in html
+
+
+def test_buddy_rounding_is_explained_where_it_shows():
+    from pagebench.reports.render import buddy_rounding_notes
+
+    def system(policy, rounding, arena="buddy"):
+        return {"allocator": {"kind": "contiguous", "policy": policy, "arena": arena},
+                "memory": {"internal_rounding_pct": rounding}}
+
+    notes = buddy_rounding_notes({"oracle": system("oracle", 29.9), "pow2": system("pow2", 3.0),
+                                  "ff": system("oracle", 29.9, arena="first_fit"),
+                                  "paged": {"allocator": {"kind": "paged"},
+                                            "memory": {"internal_rounding_pct": 30.0}}})
+    assert len(notes) == 1 and notes[0].startswith("<p class='note buddy-rounding'>oracle: "
+                                                   "29.90% of the pool is buddy rounding")
+    assert "reads close to pow2" in notes[0]
