@@ -37,8 +37,21 @@ def _raise_interrupt(signum, frame) -> None:
 
 
 def terminate_as_interrupt() -> None:
-    """From now on SIGTERM raises ``KeyboardInterrupt`` in the main thread, as Ctrl-C does."""
+    """From now on SIGTERM raises ``KeyboardInterrupt`` in the main thread, as Ctrl-C does,
+    until the interpreter shuts down (``ignore_stop_signals_at_exit``)."""
+    import atexit
+
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    atexit.register(ignore_stop_signals_at_exit)  # registered first: runs last
+
+
+def ignore_stop_signals_at_exit() -> None:
+    """Ctrl-C or SIGTERM once the run is over and the interpreter shuts down: ignored. The
+    outputs are written and the exit status is the run's; a KeyboardInterrupt raised there
+    was a traceback, and a SIGTERM after Python's own handlers were gone killed the process
+    silently with status 143."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
