@@ -382,7 +382,7 @@ def test_an_unterminated_csv_quote_names_the_line_it_opens_on(tmp_path):
 def test_a_long_malformed_value_is_cut_in_the_error_line(tmp_path):
     path = azure_file(tmp_path, GOOD[0], "2023-11-16 18:15:52.0," + "9x" * 2300 + ",44")
     message = raises_at("azure_conv", path, 3, "ContextTokens", "not an integer: '9x9x")
-    assert len(message) < 400 and "... (4,602 characters)" in message, message
+    assert len(message) < 350 + len(str(path)) and "... (4,602 characters)" in message, message
 
 
 def test_date_time_stamps_read_as_numbers_suggest_the_datetime_unit(tmp_path):
