@@ -23,7 +23,7 @@ figcaption{color:#555;font-size:.85em}
 .holds{color:#1b5e20;font-weight:600}.fails{color:#b71c1c;font-weight:600}
 .unmeasured{color:#666}
 nav a{margin-right:1em}.scroll{overflow-x:auto;max-width:100%}
-#sweep-table{font-size:.62em}#sweep-table td,#sweep-table th{padding:.2em .25em}
+#sweep-table{font-size:.62em}#sweep-table td,#sweep-table th{padding:.2em .15em}
 #sweep-table th{min-width:3.2em;max-width:5.6em;white-space:normal;overflow-wrap:normal}
 """
 

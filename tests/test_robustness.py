@@ -170,11 +170,12 @@ def test_ctrl_c_or_sigterm_writes_what_has_run_marked_incomplete(tmp_path, run_c
     proc = run_cli.start(tmp_path, "workload=sharegpt_like", "workload.num_requests=5000",
                          "systems=[paged,max]", "jobs=1")
     err: list[str] = []
-    reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(64), "")))
+    # (by line: off a terminal a run prints plain lines, no progress bar)
+    reader = threading.Thread(target=lambda: err.extend(iter(proc.stderr.readline, "")))
     reader.start()
     deadline = time.monotonic() + 120
     while "paged:" not in "".join(err) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)  # the progress bar: the engine loop has started
+        time.sleep(0.05)  # "paged: simulating ...": the engine loop starts
     time.sleep(0.5)
     proc.send_signal(signum)
     proc.wait(timeout=120)

@@ -148,8 +148,7 @@ def run_serving(cfg: Any, out_dir: Path) -> dict:
     workload = build_workload(cfg.workload, seed=seed, max_model_len=max_model_len)
     context = RunContext(workload, model, hardware, engine, capacity, max_model_len, seed, out_dir,
                          setup.slo)
-    # bars only on a terminal: in a log file their redraws are hundreds of escape-code lines
-    show_progress = bool(cfg.get("progress", True)) and sys.stderr.isatty()
+    show_progress = bool(cfg.get("progress", True))
     print(f"pagebench {__version__}: workload={workload.name} ({len(workload.requests)} requests) "
           f"model={model.name} hardware={hardware.name} executor={engine.executor} capacity={capacity} slots "
           f"({capacity * model.bytes_per_slot / 2**30:.1f} GiB KV"
@@ -333,7 +332,7 @@ def _run_parallel(systems: list[SystemSpec], context: RunContext, jobs: int,
     stop = mp.RawValue("b", 0)  # shared memory: a worker reads it after every engine step
     progress = shared_progress(mp, len(systems))  # written by the workers, drawn here
     bars = (ParallelBars([s.name for s in systems], len(context.workload.requests), progress)
-            if show_progress else None)
+            if show_progress and sys.stderr.isatty() else None)  # (bars on a terminal only)
     shared = pickle.dumps(context, protocol=pickle.HIGHEST_PROTOCOL)  # keeps arrays read-only
     with worker_pool(jobs, mp, initializer=_init_worker,
                      initargs=(shared, stop, progress)) as pool:
@@ -428,7 +427,12 @@ def _run_one(system: SystemSpec, workload, model: ModelSpec, hardware: HardwareS
     executor = make_executor(engine, system, model, hardware, manager, seed=seed,
                              max_model_len=max_model_len)
     bar = None
-    if show_progress:
+    if show_progress and not sys.stderr.isatty():
+        # a log file, not a terminal: one plain line (a bar's redraws are hundreds of lines
+        # of escape codes there)
+        print(f"{system.name:>8}: simulating {len(workload.requests):,} requests",
+              file=sys.stderr, flush=True)
+    elif show_progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(workload.requests), desc=f"{system.name:>8}", unit="req",
