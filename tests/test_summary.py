@@ -128,3 +128,11 @@ def test_a_run_off_a_terminal_draws_no_bars_and_logs_its_summary(tmp_path, run_c
     log = (tmp_path / "pagebench.log").read_text()
     summary = done.stderr[done.stderr.index("summary:"):]
     assert summary.strip() and summary in log
+
+
+def test_the_overload_note_says_what_a_saturated_run_still_measures():
+    from pagebench.reports.summary import overload_lines
+
+    sentence, _ = overload_lines(mooncake_like())
+    assert "The memory figures are a saturated server's, the setting of the article's claims" \
+        in sentence
