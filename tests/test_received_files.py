@@ -154,3 +154,14 @@ def test_a_system_name_that_is_a_path_is_refused_before_a_table_is_opened(tmp_pa
     path = write(tmp_path / "r" / "results.json", results)
     with pytest.raises(InputError, match="not a system name"):
         read_results(path)
+
+
+def test_a_checkpoint_config_with_a_too_long_integer_names_line_and_field(tmp_path):
+    from harness.models.hf_config import spec_keys
+
+    (tmp_path / "config.json").write_text('{\n  "model_type": "llama",\n  "num_hidden_layers": '
+                                          + LONG + "\n}")
+    with pytest.raises(InputError) as err:
+        spec_keys(str(tmp_path))
+    assert str(err.value) == (f"{tmp_path / 'config.json'}:3: field 'num_hidden_layers': an "
+                              "integer of 5,000 digits (more than the 4,300 a number may have)")

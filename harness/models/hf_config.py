@@ -16,12 +16,12 @@ that config class (``num_key_value_heads`` = ``num_attention_heads``, ``rope_the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from harness.config.specs import ModelSpec, build_spec, to_plain
 from harness.errors import ConfigError, InputError
+from harness.fileio import read_json
 from harness.models.hf_fields import Fields, dtype_of, llama_keys, reader
 from harness.models.hf_layers import FAMILIES as LAYER_FAMILIES
 
@@ -63,10 +63,7 @@ def config_path(path: str) -> Path:
 def spec_keys(path: str) -> dict[str, Any]:
     """ModelSpec keys read from the config.json at ``path`` (``path`` and ``name`` included)."""
     file = config_path(path)
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"not a readable JSON file ({exc})", path=str(file)) from None
+    config = read_json(file)  # (an InputError naming file, line and field when it is not JSON)
     if not isinstance(config, dict):
         raise InputError("must hold a JSON object", path=str(file))
     fields = Fields(config, str(file))
