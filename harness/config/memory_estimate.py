@@ -85,14 +85,15 @@ PROBE_BLOCKS = (1 << 12, 1 << 14)
 
 
 def pool_bytes(system: Any, capacity_slots: int, cpu_slots: int, max_model_len: int,
-               model: Any) -> int | None:
+               model: Any, engine: Any) -> int | None:
     """The Python memory (bytes) that building ``system``'s manager over ``capacity_slots``
     device slots and ``cpu_slots`` swap slots takes, extrapolated from two builds of
-    ``PROBE_BLOCKS`` blocks (tracemalloc); None for a pool no larger than the probes, or one
-    the probes cannot build (the real build reports its own problem)."""
+    ``PROBE_BLOCKS`` blocks (tracemalloc) as ``build_manager`` builds it for ``engine`` (its
+    residency log, offload tiers); None for a pool no larger than the probes, or one the
+    probes cannot build (the real build reports its own problem)."""
     import tracemalloc
 
-    from pagebench.allocators.registry import MANAGERS
+    from harness.config.systems import build_manager
 
     unit = getattr(system, "block_size", None) or 1
     sizes = [blocks * unit for blocks in PROBE_BLOCKS]
@@ -106,8 +107,8 @@ def pool_bytes(system: Any, capacity_slots: int, cpu_slots: int, max_model_len: 
             tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
-            manager = MANAGERS[system.kind].from_system(system, size, int(cpu_slots * scale),
-                                                        max_model_len, model)
+            manager = build_manager(system, size, model, engine, max_model_len,
+                                    cpu_slots=int(cpu_slots * scale))
             figures.append(tracemalloc.get_traced_memory()[0] - before)
             del manager
         except Exception:  # noqa: BLE001 - a probe too small for the system: no estimate
@@ -120,14 +121,14 @@ def pool_bytes(system: Any, capacity_slots: int, cpu_slots: int, max_model_len: 
 
 
 def check_pools_fit(systems: list, capacity_slots: int, cpu_slots: int, max_model_len: int,
-                    model: Any, jobs: int = 1) -> None:
+                    model: Any, engine: Any, jobs: int = 1) -> None:
     """``ConfigError`` when building the managers (``jobs`` at once: the largest ones) needs
     more memory than is available, naming the largest pool and the figure."""
     available = available_memory_bytes()
     if available is None:
         return
-    sized = sorted(((pool_bytes(s, capacity_slots, cpu_slots, max_model_len, model) or 0, s)
-                    for s in systems), key=lambda pair: -pair[0])
+    sized = sorted(((pool_bytes(s, capacity_slots, cpu_slots, max_model_len, model, engine)
+                     or 0, s) for s in systems), key=lambda pair: -pair[0])
     needed = sum(size for size, _ in sized[:max(1, jobs)])
     if needed <= available:
         return

@@ -8,11 +8,12 @@ from harness.config.specs import GIB, EngineSpec, ModelSpec, SystemSpec
 
 
 def build_manager(system: SystemSpec, capacity_slots: int, model: ModelSpec, engine: EngineSpec,
-                  max_model_len: int):
+                  max_model_len: int, cpu_slots: int | None = None):
     """The KV manager of ``system`` over ``capacity_slots`` device slots (+ CPU swap space,
     + the offload tiers of ``engine.offload``, which ``check_offload`` allowed; + a block
-    residency log with ``engine.kv_residency``)."""
-    cpu_slots = cpu_pool_slots(model, engine)
+    residency log with ``engine.kv_residency``). ``cpu_slots``: the swap space's slots, when
+    not ``engine.swap_space_gib``'s (``memory_estimate.pool_bytes``' small probe builds)."""
+    cpu_slots = cpu_pool_slots(model, engine) if cpu_slots is None else cpu_slots
     manager = MANAGERS[system.kind].from_system(system, capacity_slots, cpu_slots, max_model_len,
                                                 model)
     if engine.offload.enabled:

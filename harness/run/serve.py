@@ -125,7 +125,7 @@ def prepare_serving(cfg: Any) -> tuple[RunSetup, int]:
         capacity = kv_capacity_slots(setup.model, setup.hardware, engine)
         check_block_sizes(setup.systems, capacity)
         check_pools_fit(setup.systems, capacity, cpu_pool_slots(setup.model, engine),
-                        setup.max_model_len, setup.model, jobs)  # 10^9 blocks: not OOM-killed
+                        setup.max_model_len, setup.model, engine, jobs)  # 10^9 blocks: not OOM-killed
     return setup, jobs
 
 
