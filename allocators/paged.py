@@ -16,6 +16,20 @@ prompt hits there after the GPU hits end: those blocks are allocated on the GPU,
 
 Fork shares every block (ref counts up). The first append into a shared, partially
 filled last block copies it (copy-on-write) and returns ``[(src, dst)]``.
+
+Why a manager keeps its own per-sequence record (``_Seq``) rather than the engine's
+``harness.engine.sequence.Sequence`` (one sequence type, as nano-vllm has, was weighed and
+left): the managers are a library one floor below the harness (pure Python, importing
+nothing of it but its shared modules), driven by sequence id alone through the narrow
+``KVCacheManager`` protocol (``admit`` / ``append`` / ``fork`` / ``free``, as vLLM v1's
+``KVCacheManager`` is driven by request id), and are also driven without any engine
+(``tests/test_manager_replay.py``, the theory and hostcost tools). What ``_Seq`` holds is
+this manager's private block state (block table, chain keys, partial tail tokens, swapped
+CPU blocks, the fast path's ``room``, pending prompt keys), which differs per manager
+(``paged_hybrid`` keeps one table per layer kind; contiguous managers an extent). The
+engine's ``Sequence`` holds the token stream and its scheduling state. Merged, either the
+managers would import the engine (an import up a floor) or every manager's state would
+live in one engine class the managers then share; both undo the narrow interface.
 """
 
 from __future__ import annotations

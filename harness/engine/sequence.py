@@ -1,4 +1,9 @@
-"""Sequences and the request-level groups the scheduler moves between queues."""
+"""Sequences and the request-level groups the scheduler moves between queues.
+
+``Sequence`` is the one sequence type of the harness (scheduler, executors, metrics). The
+KV managers (``pagebench.allocators``) see it only by its ``seq_id`` and keep their own
+private block state per id (``pagebench.allocators.paged._Seq``; its module docstring says
+why that record stays separate)."""
 
 from __future__ import annotations
 
