@@ -36,13 +36,22 @@ from __future__ import annotations
 import math
 from operator import and_
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from pagebench.allocators.block_pool import BlockPool
 from pagebench.allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys
 
-if TYPE_CHECKING:  # NOTE: allocators import from harness only its shared modules
-    from harness.models.model_layers import LayerGroup
+
+class LayerGroup(Protocol):
+    """What the layout reads of a model's layer group (``harness.models.model_layers.LayerGroup``
+    has these; the allocators import nothing of the harness but its shared modules)."""
+
+    kind: str  # full | mla | sliding | linear
+    num_layers: int
+    bytes_per_token: int  # all of the group's layers; 0 for linear layers
+    state_bytes: int  # linear layers: a sequence's recurrent state
+    window: int | None  # sliding layers: the tokens a query sees
+
 
 GROUP_SIZE_RATIO = 1.25  # vLLM: use the most layers when every kind is within this ratio
 

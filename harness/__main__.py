@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import harness
-from harness.config.specs import wants_report
+from harness.config.specs import run_options
 from harness.errors import ConfigError, PagebenchError
 from harness.run.interrupts import terminate_as_interrupt
 from harness.run.rejections import SERVED_NOTHING
@@ -56,8 +56,8 @@ def main(cfg: DictConfig) -> None:
             cfg_hash = config_hash(cfg)
         except OmegaConfBaseException as exc:  # a missing '???' value, a broken ${...}
             raise PagebenchError(f"config: {exc}".splitlines()[0]) from None
-        mode = cfg.get("run", "serve")
-        report = wants_report(cfg)
+        options = run_options(cfg)  # run, progress, report
+        mode, report = options.run, options.report
         # every check of the config before the directory changes: a config error leaves an
         # earlier run's outputs where they are
         prepared = check_config(cfg)
@@ -96,7 +96,7 @@ def main(cfg: DictConfig) -> None:
             return
         from harness.run.serve import run_serving
 
-        results = run_serving(cfg, out_dir)
+        results = run_serving(cfg, out_dir, prepared)
         print_run_summary(out_dir)
         if str(results.get("stop_reason", "")).startswith(SERVED_NOTHING):
             raise ConfigError(f"{results['stop_reason']}: it rejected every request (see the "
@@ -129,13 +129,11 @@ def main(cfg: DictConfig) -> None:
 def check_config(cfg: DictConfig) -> Any:
     """Every check of the composed config that does no work, for the run's mode (a serving
     run: ``harness.run.serve.prepare_serving``; a study: ``prepare_study``, its jobs' specs
-    included). ``main`` calls it before it sets an earlier run's outputs aside. Returns the
-    prepared study (None otherwise); raises ``PagebenchError``."""
-    from harness.config.specs import check_run_options
-
+    included). ``main`` calls it before it sets an earlier run's outputs aside. Returns what
+    the mode prepared (the serving run's specs and jobs, or the study; None for kernels),
+    which the run then uses; raises ``PagebenchError``."""
     try:
-        check_run_options(cfg)  # run, progress
-        mode = cfg.get("run", "serve")
+        mode = run_options(cfg).run  # run, progress, report
         if mode == "study":
             from harness.studies import prepare_study
 
@@ -143,7 +141,7 @@ def check_config(cfg: DictConfig) -> Any:
         if mode == "serve":
             from harness.run.serve import prepare_serving
 
-            prepare_serving(cfg)
+            return prepare_serving(cfg)
         return None  # kernels: pagebench.kernels.benchmark checks kernel_bench before it measures
     except OmegaConfBaseException as exc:
         raise PagebenchError(f"config: {exc}".splitlines()[0]) from None

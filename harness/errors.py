@@ -32,6 +32,11 @@ class OutputError(PagebenchError, OSError):
     be); the message names the path and why. Nothing half-written is left behind."""
 
 
+class RunDirectoryBusy(PagebenchError):
+    """Another run holds the run directory, or took it over from this one
+    (``harness.run.run_lock``; the write-side check is ``harness.fileio.check_owner``)."""
+
+
 def did_you_mean(name: str, valid: Iterable[str]) -> str:
     """" Did you mean 'x'?" for the closest valid name to a misspelt one, or ""."""
     close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)

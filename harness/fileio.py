@@ -1,6 +1,7 @@
 """File I/O every package may use: atomic writes (never a half-written file) and one
-strict JSON reader whose errors name the file. Imports nothing of the project but
-``harness.errors`` and ``harness.run.run_lock`` (the owner check), so kernels/ and reports/ use it without importing the harness."""
+strict JSON reader whose errors name the file, and the owner check of every write into a
+run directory (the claims ``harness.run.run_lock`` takes). Imports nothing of the project but
+``harness.errors``, so kernels/ and reports/ use it without importing the harness."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InputError, OutputError
+from harness.errors import InputError, OutputError, RunDirectoryBusy
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # (read by setting it: put it back)
@@ -25,10 +26,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file,
-    and none into a run directory another run owns now (``run_lock.check_owner``). An
+    and none into a run directory another run owns now (``check_owner``). An
     ``OSError`` (disk full, read-only) becomes an ``OutputError`` naming the path."""
-    from harness.run.run_lock import check_owner
-
     path = Path(path)
     tmp = None
     try:
@@ -45,6 +44,44 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError) and not isinstance(exc, OutputError):
             raise OutputError(f"{path}: cannot write it: {write_error_reason(exc, path)}") from None
         raise
+
+
+# A run directory's lock file (``harness.run.run_lock.claim_run_dir`` holds it) and this
+# process's claims: run directory (real path) -> the token this process wrote there.
+LOCK_NAME = ".pagebench.lock"
+_claims: dict[str, str] = {}
+
+
+def check_owner(directory: Path) -> None:
+    """Raise ``RunDirectoryBusy`` when this process holds a claim on ``directory`` that is
+    no longer the one in its lock file (a later run took the directory over)."""
+    mine = _claims.get(os.path.realpath(directory)) if _claims else None
+    if mine is None:
+        return
+    current = read_lock_token(Path(directory) / LOCK_NAME)
+    if current != mine:
+        raise RunDirectoryBusy(f"{directory}: another run (pid {current.split(' ')[0] or '?'}) "
+                               f"owns this directory now; this process's output is not written")
+
+
+def read_lock_token(lock_path: Path) -> str:
+    """The token in a lock file ("" when it cannot be read)."""
+    try:
+        return lock_path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def claims() -> dict[str, str]:
+    """This process's claims (run directory -> token), for ``claim_run_dir`` to add to and a
+    worker process to adopt (``adopt_claims``)."""
+    return _claims
+
+
+def adopt_claims(held: dict[str, str]) -> None:
+    """In a worker process: write under the claims of the process that started it."""
+    _claims.clear()
+    _claims.update(held)
 
 
 def write_error_reason(exc: OSError, path: Path) -> str:

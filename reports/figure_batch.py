@@ -18,7 +18,7 @@ from typing import Callable
 
 from matplotlib.figure import Figure
 
-from harness.run.processes import fork_is_safe, forking, usable_cpus, worker_pool
+from harness.processes import fork_is_safe, forking, usable_cpus, worker_pool
 from pagebench.reports.figures import to_data_uri
 from pagebench.reports.html import figure
 
@@ -80,7 +80,7 @@ def parallel_workers(num_figures: int) -> int:
     """How many processes to draw ``num_figures`` figures in: 1 (this one) unless there are
     enough figures, several CPUs, and forking is safe here.
 
-    Safe: ``harness.run.processes.fork_is_safe``, and this is not a daemonic worker (which may
+    Safe: ``harness.processes.fork_is_safe``, and this is not a daemonic worker (which may
     not have children).
     """
     if (num_figures < MIN_PARALLEL or not fork_is_safe()

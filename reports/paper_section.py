@@ -235,7 +235,7 @@ def read_study(path: Path) -> dict:
     this version can render; a malformed file is an InputError naming the file and field."""
     from harness.errors import InputError
     from harness.fileio import read_json
-    from harness.run.results import STUDY_SCHEMA_VERSION
+    from harness.results_format import STUDY_SCHEMA_VERSION
 
     path = Path(path)
     if path.is_dir() and path.name != "study.json":

@@ -14,10 +14,10 @@ import pandas as pd
 
 from harness.errors import InputError
 from harness.fileio import read_json
-from harness.run.results import read_results
+from harness.results_format import read_results
 
 KERNEL_RESULTS = "kernel_results.json"
-# Where harness/run/nvml.py may leave its samples (the first that exists wins).
+# Where harness/engine/nvml.py may leave its samples (the first that exists wins).
 NVML_FILES = ("nvml_samples.csv", "nvml.csv", "nvml_samples.parquet", "nvml_samples.jsonl",
               "nvml_samples.json")
 

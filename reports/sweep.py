@@ -24,7 +24,7 @@ import yaml
 
 from harness.errors import InputError
 from harness.fileio import atomic_write_text
-from harness.run.results import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, next_previous_dir, read_results
+from harness.results_format import DISPLAY_ONLY_KEYS, PREVIOUS_DIR, next_previous_dir, read_results
 from pagebench.reports import figures as F
 from pagebench.reports.figure_batch import PendingFigure, resolve
 from pagebench.reports.html import absent, esc, page, table

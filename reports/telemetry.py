@@ -1,4 +1,4 @@
-"""NVML telemetry timelines (samples written by ``harness/run/nvml.py``), whatever columns exist.
+"""NVML telemetry timelines (samples written by ``harness/engine/nvml.py``), whatever columns exist.
 
 The sampler's columns are matched by name: a time column (``time_s``, ``t_s``,
 ``elapsed_s`` or ``timestamp``), an optional ``system`` column, and any numeric

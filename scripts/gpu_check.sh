@@ -53,9 +53,9 @@ fi
 # ---- setup: wheels, import path, versions ----------------------------------------------------
 install_pydeps 8
 make_importable
-stage imports 6 80 "$PY" -c "import hydra, omegaconf, torch, triton, pytest, harness.__main__, harness.tools.calibrate, \
+stage imports 6 80 "$PY" -c "import hydra, omegaconf, pydantic, torch, triton, pytest, harness.__main__, harness.tools.calibrate, \
 harness.tools.hostcost, hydra_plugins.pagebench_capacity, pagebench.kernels.benchmark, pagebench.kernels.compile_check, pagebench.reports.render, \
-pagebench.reports.kernel_figures; print('imports ok: hydra', hydra.__version__, 'omegaconf', omegaconf.__version__, \
+pagebench.reports.kernel_figures; print('imports ok: hydra', hydra.__version__, 'omegaconf', omegaconf.__version__, 'pydantic', pydantic.VERSION, \
 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__); \
 print('device:', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"
 [ "$HAS_CUDA" = 1 ] && nvidia-smi >>"$LOG" 2>&1

@@ -6,9 +6,12 @@
 #
 # The H200 image (benchmarks/gpu/README.md) has CPython 3.12, torch 2.11, triton 3.6 and
 # IMAGE_HAS below. pagebench's dependencies that it lacks: hydra-core, omegaconf and
-# hydra-core's antlr4-python3-runtime. Their requirements (checked below from each wheel's
-# METADATA): PyYAML (in the image), packaging (in the image: pytest and transformers
-# require it), importlib-resources only on Python < 3.9. So exactly three wheels travel.
+# hydra-core's antlr4-python3-runtime; pydantic with pydantic-core (a compiled wheel, for
+# CPython 3.12 on manylinux x86_64), annotated-types and typing-inspection. Their
+# requirements (checked below from each wheel's METADATA): PyYAML (in the image), packaging
+# (in the image: pytest and transformers require it), typing-extensions >= 4.16 (the image
+# has one of unknown version: it travels too, a newer one serves older users), and
+# importlib-resources only on Python < 3.9. So exactly eight wheels travel.
 #
 # hydra-core 1.3 pins antlr4-python3-runtime==4.9.*, and PyPI has 4.9.3 only as an sdist
 # (no wheel for any 4.9 release), so `pip download --only-binary=:all:` cannot fetch it.
@@ -16,7 +19,7 @@
 # (setuptools), the same file on any CPython 3 and any platform.
 #
 # The folder travels with the working tree only when the device tool's `carry` names it:
-# carry [".whl"] (about 0.4 MB of the 64 MiB allowed). gpu_check.sh then installs the
+# carry [".whl"] (about 3.2 MB of the 64 MiB allowed). gpu_check.sh then installs the
 # wheels with `pip install --no-index --no-deps --target build/gpu_pydeps` and puts that
 # folder on PYTHONPATH, leaving the image's own packages as they are.
 set -euo pipefail
@@ -29,7 +32,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # What the image holds (distribution names, as pip normalises them), and what travels.
 IMAGE_HAS="torch triton numpy pandas pyarrow matplotlib scipy tqdm pyyaml jinja2 nvidia-ml-py pytest
 pytest-benchmark hypothesis safetensors transformers numba packaging"
-BINARY_WHEELS=("hydra-core==1.3.8" "omegaconf==2.3.1")   # py3-none-any; the versions CI tests
+# the versions CI tests; all py3-none-any but pydantic-core (cp312 manylinux x86_64)
+BINARY_WHEELS=("hydra-core==1.3.8" "omegaconf==2.3.1" "pydantic==2.14.4" "pydantic-core==2.50.5"
+               "annotated-types==0.8.0" "typing-inspection==0.4.5" "typing-extensions==4.16.0")
 SDIST_ONLY=("antlr4-python3-runtime==4.9.3")              # built here, see above
 
 rm -f "$DIR"/*.whl

@@ -23,7 +23,7 @@ from harness.config.specs import SystemSpec
 from harness.errors import ConfigError
 from harness.models.hf_config import load_model_spec
 from harness.models.model_layers import LayerGroup
-from harness.config.run_setup import check_systems_for_model
+from harness.run.run_setup import check_systems_for_model
 from tests.engine_helpers import make_requests, paged, run
 
 CONF = Path(__file__).parents[1] / "conf/model"
@@ -359,7 +359,7 @@ del _name, _groups, _case
 
 def test_a_torch_run_is_refused_before_any_system_runs():
     from harness.config.specs import EngineSpec
-    from harness.config.run_setup import check_systems_for_engine
+    from harness.run.run_setup import check_systems_for_engine
 
     system = SystemSpec(name="paged_hybrid", kind="paged_hybrid", prefix_caching=True, block_size=16)
     with pytest.raises(ConfigError, match="paged_hybrid"):

@@ -11,7 +11,7 @@ from pagebench.allocators.vattention import VAttentionKVCacheManager, tokens_per
 from engine_helpers import MODEL, engine_spec, make_requests, paged, run
 from harness.config.specs import ModelSpec, SystemSpec, select_systems
 from harness.errors import ConfigError
-from harness.config.run_setup import check_systems_for_model
+from harness.run.run_setup import check_systems_for_model
 
 MIB = 1 << 20
 # Llama-3.1-8B: 32 layers, 8 KV heads of 128, bf16 -> 2 KiB per token per layer's K

@@ -226,7 +226,8 @@ def test_check_config_passes_the_default_config_and_prepares_a_study():
     from harness.__main__ import check_config
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        assert check_config(compose(config_name="config")) is None
+        setup, jobs = check_config(compose(config_name="config"))  # the serving run's specs
+        assert [s.name for s in setup.systems] == ["paged", "max", "pow2", "oracle"] and jobs >= 1
         prepared = check_config(compose(config_name="config",
                                         overrides=["experiment=vllm_fig2", "study.scale=0.05"]))
     assert prepared.name == "vllm_fig2"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import gate
-from harness.run.results import SCHEMA_VERSION
+from harness.results_format import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 

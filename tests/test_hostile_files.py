@@ -13,7 +13,8 @@ import pytest
 from harness import gate
 from harness.errors import InputError
 from harness.fileio import read_json
-from harness.run.results import SCHEMA_VERSION, existing_complete_results
+from harness.results_format import SCHEMA_VERSION
+from harness.run.results import existing_complete_results
 from pagebench.reports.__main__ import main as reports_main
 
 DEEP = "[" * 100_000 + "]" * 100_000

@@ -1,10 +1,13 @@
-"""The project's imports form no cycle: between packages, between subpackages, between
-modules (imports inside functions count too; ``if TYPE_CHECKING:`` blocks do not run
-and do not count).
+"""The project's imports go down floors and form no cycle: between packages, between
+subpackages, between modules (imports inside functions count too; ``if TYPE_CHECKING:``
+blocks do not run and do not count).
 
-The layers: ``harness`` (the engine, CLI, studies) imports ``kernels``, ``reports`` and
-``allocators``; those import from ``harness`` only its shared modules (``SHARED``), which
-import nothing else of the project. A cycle found here is named module by module.
+The floors (``FLOORS``, lowest first): harness's shared modules (errors, file I/O, worker
+processes, the results format, the spec schema), then the libraries (``pagebench.allocators``,
+``kernels``, ``reports``: they import from ``harness`` only its shared modules), then
+harness's rooms, each importing only from its own floor and those below: what a model is,
+what a workload is, the config that checks them, the metrics, the engine, one run, and the
+commands built on runs. A cycle or an import up a floor is named module by module.
 """
 
 from __future__ import annotations
@@ -20,9 +23,28 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"harness": "harness", "allocators": "pagebench.allocators",
             "kernels": "pagebench.kernels", "reports": "pagebench.reports"}
 # Importable by every package without importing the harness's engine: errors, file I/O,
-# the results format, worker-process helpers (and harness/__init__: the version string).
-SHARED = ("harness", "harness.errors", "harness.fileio", "harness.run.results", "harness.run.processes",
-          "harness.run.run_lock")
+# the results format, worker-process helpers, the typed-spec schema (and harness/__init__:
+# the version string).
+SHARED = ("harness", "harness.errors", "harness.fileio", "harness.results_format",
+          "harness.processes", "harness.spec_schema")
+# Lowest first; a module may import from its own floor and the floors below it. The top
+# floor is the commands' entry points (``python -m harness``, the old tool paths).
+FLOORS = (
+    "shared",  # SHARED
+    "pagebench.allocators",  # KV managers: pure Python
+    "pagebench.kernels",  # Triton kernels and their benchmark
+    "pagebench.reports",  # report.html from a run directory
+    "harness.models",  # a model's dimensions, layer groups, Hugging Face config readers
+    "harness.workloads",  # requests: generated, replayed, their specs
+    "harness.config",  # composition checks and the typed specs of a run
+    "harness.metrics",  # step and request records, summaries
+    "harness.engine",  # scheduler, executors, cost models
+    "harness.run",  # one serving run: its plan, workers, results, lock
+    "harness.gate",  # the regression gate over result files
+    "harness.tools",  # calibrate, hostcost, traces
+    "harness.studies",  # studies of many runs
+    "entry points",  # harness.__main__ and the forwarding modules of old tool paths
+)
 
 
 def _is_type_checking(node: ast.AST) -> bool:
@@ -91,6 +113,36 @@ def _package(module: str) -> str:
     if module in SHARED:
         return "harness (shared)"
     return ".".join(module.split(".")[:2]) if module.startswith("pagebench.") else module.split(".")[0]
+
+
+def _floor(module: str) -> str:
+    """The floor of ``module`` (one of ``FLOORS``)."""
+    if module in SHARED:
+        return "shared"
+    room = ".".join(module.split(".")[:2])
+    return room if room in FLOORS else "entry points"
+
+
+def test_every_room_has_a_floor():
+    rooms = {".".join(m.split(".")[:2]) for m in GRAPH if m not in SHARED}
+    top_level = {m for m in rooms if _floor(m) == "entry points"}
+    assert top_level == {"harness.__main__", "harness.calibrate", "harness.hostcost",
+                         "harness.traces"}, top_level
+
+
+def test_no_import_goes_up_a_floor():
+    level = {floor: i for i, floor in enumerate(FLOORS)}
+    upward = sorted(f"{m} ({_floor(m)}) imports {t} ({_floor(t)})" for m, targets in GRAPH.items()
+                    for t in targets if level[_floor(t)] > level[_floor(m)])
+    assert not upward, "imports up a floor:\n" + "\n".join(upward)
+
+
+def test_at_most_twelve_rooms():
+    """harness/'s top level: at most 12 folders (rooms); shared modules and entry points
+    beside them."""
+    rooms = [p.name for p in (ROOT / "harness").iterdir()
+             if p.is_dir() and (p / "__init__.py").exists()]
+    assert len(rooms) <= 12, rooms
 
 
 def test_the_graph_sees_the_known_imports():

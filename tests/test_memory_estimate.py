@@ -47,7 +47,7 @@ def _setup(*overrides: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from harness.config.run_setup import run_setup
+    from harness.run.run_setup import run_setup
 
     GlobalHydra.instance().clear()
     conf = Path(__file__).resolve().parents[1] / "conf"

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from harness.run.nvml import NvmlSampler, summarize
+from harness.engine.nvml import NvmlSampler, summarize
 
 
 class _NotSupported(Exception):

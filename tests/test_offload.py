@@ -16,7 +16,8 @@ from harness.config.specs import GIB, CostSpec
 from harness.engine.plan import ScheduledChunk, StepPlan
 from harness.engine.sequence import Sequence, SequenceGroup
 from harness.engine.sim_executor import OffloadLoadCost
-from harness.config.offload import OffloadSpec, offload_figures, offload_summary
+from harness.config.offload import OffloadSpec
+from harness.metrics.offload import offload_figures, offload_summary
 from harness.workloads.request import Request
 
 BS = 4

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from harness.config.conf_tree import CONF_DIR, option_keys
 from harness.config.override_check import check_overrides, refused_deletion, unknown_override
-from harness.config.run_setup import REQUIRED_KEYS
+from harness.config.specs import REQUIRED_KEYS
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 WORKLOADS = sorted(p.stem for p in (CONF_DIR / "workload").glob("*.yaml"))

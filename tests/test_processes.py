@@ -1,4 +1,4 @@
-"""harness/run/processes.py: forking workers without Python 3.12's warning about native threads."""
+"""harness/processes.py: forking workers without Python 3.12's warning about native threads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy  # noqa: F401 - starts OpenBLAS's worker threads, as every run has them
 
-from harness.run.processes import forking
+from harness.processes import forking
 
 
 def _fork_warnings(block) -> list[str]:

@@ -20,7 +20,7 @@ def readme_command(prefix: str) -> list[str]:
 def test_the_torch_example_pool_holds_a_few_max_length_requests_not_all():
     from hydra import compose, initialize_config_dir
 
-    from harness.config.run_setup import run_setup
+    from harness.run.run_setup import run_setup
     from harness.config.specs import kv_capacity_slots
 
     overrides = readme_command("python -m harness engine=torch")

@@ -11,7 +11,7 @@ import pytest
 from harness import gate
 from harness.errors import InputError
 from harness.fileio import read_json
-from harness.run.results import read_results
+from harness.results_format import read_results
 from harness.workloads.tables import read_table
 from test_gate import make_results, run_gate, write
 

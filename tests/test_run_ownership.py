@@ -94,7 +94,7 @@ def test_kill_9_leaves_no_worker_to_write_into_a_later_run(tmp_path):
 
 POOL_SCRIPT = textwrap.dedent("""
     import multiprocessing, os, sys, time
-    from harness.run.processes import worker_pool
+    from harness.processes import worker_pool
     pool = worker_pool(2, multiprocessing.get_context(sys.argv[1]))
     futures = [pool.submit(time.sleep, 600) for _ in range(2)]
     while len(pool._processes) < 2:

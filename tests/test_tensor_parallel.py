@@ -11,7 +11,7 @@ import yaml
 from harness.config.hardware_spec import CostSpec, HardwareSpec
 from harness.config.parallelism import (AllReduceCost, allreduce_seconds, replicated_parts,
                                         resolve_tensor_parallel, shard_model)
-from harness.config.spec_checks import build_spec
+from harness.config.specs import build_spec
 from harness.config.specs import EngineSpec, ModelSpec, kv_capacity_slots
 from harness.engine.cost_operator import OperatorCostModel
 from harness.errors import ConfigError

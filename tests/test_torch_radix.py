@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from harness.config.specs import select_systems
 from harness.errors import ConfigError
-from harness.config.run_setup import run_setup
+from harness.run.run_setup import run_setup
 from harness.workloads.build import build_workload
 from torch_helpers import (MAX_MODEL_LEN, ROOT, beam_workload, engine, mixed_workload,  # noqa: F401
                            one_torch_thread, run_torch)

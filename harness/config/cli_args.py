@@ -17,11 +17,9 @@ from pathlib import Path
 def check_seed(value: object, where: str = "seed") -> int:
     """The config's ``seed``: a non-negative integer (not a bool, a float or a string:
     ``seed=1.5`` would otherwise run as seed 1 while config_resolved.yaml says 1.5)."""
-    from harness.errors import ConfigError
+    from harness.spec_schema import NonNegativeInt, check_value
 
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{where}: must be a non-negative integer, got {value!r}")
-    return value
+    return check_value(NonNegativeInt, value, where)
 
 
 def _int_at_least(text: str, least: int) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 from harness.config.conf_tree import (CONF_DIR, config_body, config_keys, config_tree, default_options,
                                option_selects, option_trees)
 from harness.errors import did_you_mean
-from harness.config.run_setup import REQUIRED_KEYS
+from harness.config.specs import REQUIRED_KEYS
 
 
 def _parse(overrides: list[str]):

@@ -1,30 +1,34 @@
 """Typed, validated views of the Hydra config.
 
-Hydra composes YAML; these frozen dataclasses are what the code uses. Each
-``from_node`` rejects unknown keys and invalid values with a ``ConfigError``
-that names the key (``engine.max_num_seqs``) and says how to fix it.
+Hydra composes YAML; these frozen specs are what the code uses. ``build_spec`` checks a
+whole node against its spec's schema in one pass (``harness.spec_schema``, on pydantic) and
+rejects unknown keys and invalid values with a ``ConfigError`` that names the key
+(``engine.max_num_seqs``) and says how to fix it; nothing downstream checks them again.
 
-The specs live in their own modules (``harness.models.model_spec``, ``harness.config.hardware_spec``;
-the typed checks in ``harness.config.spec_checks``); this module keeps the engine and system
-specs, the run options and the capacity, and re-exports the rest.
+The specs live in their own modules (``harness.models.model_spec``,
+``harness.config.hardware_spec``, ``harness.config.offload``); this module keeps the engine
+and system specs, the run options and the capacity, and re-exports the rest.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import field
+from typing import Annotated, Any, Mapping
 
-from harness.errors import ConfigError, did_you_mean
+from pydantic import AfterValidator, BeforeValidator, Field, Strict, WrapValidator, model_validator
+
 from harness.config.hardware_spec import CostSpec, FittedCostSpec, HardwareSpec
 from harness.config.offload import OffloadSpec
+from harness.errors import ConfigError, did_you_mean
 from harness.models.model_layers import (LayerGroup, LinearAttentionSpec, MlaSpec, MoeSpec,
-                                  attention_kv_values, layer_groups, layer_params, validate_layers)
-from harness.models.model_spec import (ARCHITECTURES, DTYPE_BYTES, KV_DTYPE_BYTES, ROPE_SCALING_TYPES,
-                                TORCH_ARCHITECTURES, ModelSpec, RopeScaling)
-from harness.config.spec_checks import (_NESTED, FRACTION, NON_NEGATIVE, POSITIVE, _field_default,
-                                 _is_int, _require, _require_bool, _require_int, _require_number,
-                                 _require_str, build_spec, to_plain)
+                                         attention_kv_values, layer_groups, layer_params)
+from harness.models.model_spec import (ARCHITECTURES, DTYPE_BYTES, KV_DTYPE_BYTES,
+                                       ROPE_SCALING_TYPES, TORCH_ARCHITECTURES, ModelSpec,
+                                       RopeScaling)
+from harness.spec_schema import (Flag, Fraction, Number, PositiveInt, PositiveNumber, Says,
+                                 SpecProblem, keep_int, build_spec, check_value, one_of, spec,
+                                 to_plain)
 
 GIB = 1024**3
 # The most KV slots a run may have: slot numbers (and block ids) are int32 in the block
@@ -36,106 +40,101 @@ MAX_KV_SLOTS = 2**31
 RUN_MODES = ("serve", "study", "kernels")
 # How engine.replicas share the requests (harness.engine.replicas).
 ROUTERS = ("round_robin", "least_outstanding")
+# The top-level keys every run builds from (``harness.run.run_setup``): deleting one (~seed)
+# is refused (``harness.config.override_check``).
+REQUIRED_KEYS = ("allocator", "block_size", "engine", "hardware", "model", "seed", "systems",
+                 "workload")
 
 # What this module offers: its own specs and checks, and (re-exported, so that imports
-# from harness.config.specs keep working) the specs and checks of the modules above.
-__all__ = ["ARCHITECTURES", "DTYPE_BYTES", "FRACTION", "GIB", "KV_DTYPE_BYTES", "MAX_KV_SLOTS",
-           "NON_NEGATIVE", "POSITIVE", "ROPE_SCALING_TYPES", "RUN_MODES", "SYSTEM_NAME",
+# from harness.config.specs keep working) the specs of the modules above.
+__all__ = ["ARCHITECTURES", "DTYPE_BYTES", "GIB", "KV_DTYPE_BYTES", "MAX_KV_SLOTS",
+           "REQUIRED_KEYS", "ROPE_SCALING_TYPES", "RUN_MODES", "SYSTEM_NAME",
            "TORCH_ARCHITECTURES", "ConfigError", "CostSpec", "EngineSpec", "FittedCostSpec",
            "HardwareSpec", "LayerGroup", "LinearAttentionSpec", "MlaSpec", "ModelSpec", "MoeSpec",
-           "RopeScaling", "SloSpec", "SystemSpec", "_NESTED", "_field_default", "_is_int", "_require",
-           "_require_bool", "_require_int", "_require_number", "_require_str", "_uses_block_size",
-           "_with_options", "attention_kv_values", "build_spec", "check_run_options",
-           "did_you_mean", "kv_capacity_slots", "layer_groups", "layer_params", "select_systems",
-           "to_plain", "validate_block_size", "validate_layers", "wants_report"]
+           "OffloadSpec", "RopeScaling", "RunOptions", "SloSpec", "SystemSpec", "_uses_block_size", "_with_options",
+           "attention_kv_values", "build_spec", "check_run_options", "kv_capacity_slots",
+           "layer_groups", "layer_params", "run_options", "select_systems", "to_plain", "validate_block_size",
+           "wants_report"]
+
+# engine.kv_capacity_slots: at most MAX_KV_SLOTS
+KvSlots = Annotated[PositiveInt, Field(le=MAX_KV_SLOTS),
+                    Says("a positive integer", hint=" (slot numbers are int32 in the block tables "
+                                                    "and kernels)")]
+Device = Annotated[str, Strict(), Field(pattern=r"^(auto|cpu|cuda|cuda:.*)$"),
+                   Says("auto, cpu, cuda or cuda:N")]
 
 
-@dataclass(frozen=True)
+def _tensor_parallel(value: Any) -> Any:
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise SpecProblem("", f"must be a positive integer or auto, got {value!r}")
+    return value
+
+
+@spec
 class EngineSpec:
     """Scheduler and executor settings."""
 
-    executor: str = "sim"
-    scheduling: str = "continuous"
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    chunked_prefill: bool = True  # as vLLM V1; the paper's studies set false (vLLM v0.1)
-    preemption: str = "recompute"
-    gpu_memory_utilization: float = 0.9
-    activation_reserve_gib: float = 2.0
-    kv_capacity_slots: int | None = None
-    swap_space_gib: float = 4.0
-    max_model_len: int | None = None
-    wall_time_limit_s: float | None = None
-    fast_forward: bool = True
+    executor: one_of(("sim", "torch"), Says("'sim' or 'torch'", got=False)) = "sim"
+    scheduling: one_of(("continuous", "static"), Says("'continuous' or 'static'", got=False)) = "continuous"
+    max_num_seqs: PositiveInt = 256
+    max_num_batched_tokens: PositiveInt = 8192
+    chunked_prefill: Flag = True  # as vLLM V1; the paper's studies set false (vLLM v0.1)
+    preemption: one_of(("recompute", "swap"), Says("'recompute' or 'swap'", got=False)) = "recompute"
+    gpu_memory_utilization: Fraction = 0.9
+    activation_reserve_gib: Number = 2.0
+    kv_capacity_slots: KvSlots | None = None
+    swap_space_gib: Number = 4.0
+    max_model_len: PositiveInt | None = None
+    wall_time_limit_s: PositiveNumber | None = None
+    fast_forward: Flag = True
     # GPUs a model is sharded over (harness.config.parallelism): auto = the smallest power
     # of two that holds the weights and one max_model_len sequence; replicas behind a router
-    tensor_parallel: int | str = "auto"
-    replicas: int = 1
-    router: str = "round_robin"  # round_robin | least_outstanding
+    tensor_parallel: Annotated[int | str, BeforeValidator(_tensor_parallel)] = "auto"
+    replicas: PositiveInt = 1
+    router: one_of(ROUTERS) = "round_robin"  # round_robin | least_outstanding
     # record each KV block's lifetime, idle time before eviction and reuse gap (paged
     # systems; harness.metrics.residency): results.json's kv_residency
-    kv_residency: bool = True
+    kv_residency: Flag = True
     cost: CostSpec = field(default_factory=CostSpec)
     # CPU / disk tiers behind the GPU prefix cache (harness.config.offload; 0 GiB = off)
     offload: OffloadSpec = field(default_factory=OffloadSpec)
     # --- torch executor (engine=torch); the sim executor ignores these ---
-    device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
+    device: Device = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
     # Accumulate every op in float64 and round to the model dtype, so a token's result
     # does not depend on batch composition or kernel path (paged == contiguous token for
     # token). null = on for CPU, off for CUDA.
-    batch_invariant: bool | None = None
-    kernel_backend: str = "auto"  # auto (Triton on CUDA, torch reference on CPU) | triton | torch
-    block_tables_on_device: bool = False  # keep block tables resident; upload changed rows only
-    sampling: str = "seeded"  # greedy (every sample argmax) | seeded (sample 0 greedy, others seeded)
-    telemetry_interval_s: float = 0.1  # NVML sampling period in seconds (0 = no telemetry)
-    profile_activation_tokens: int | None = None  # capacity profiling pass; null = max_num_batched_tokens
-    cpu_threads: int | None = None  # torch intra-op threads for CPU runs (null = torch's default)
-    cuda_graphs: bool = True  # CUDA: decode steps replay graphs captured per batch bucket; false = eager
-
-    def validate(self, where: str) -> None:
-        _require(self.executor in ("sim", "torch"), f"{where}.executor", "must be 'sim' or 'torch'")
-        _require(self.scheduling in ("continuous", "static"), f"{where}.scheduling",
-                 "must be 'continuous' or 'static'")
-        _require(self.preemption in ("recompute", "swap"), f"{where}.preemption",
-                 "must be 'recompute' or 'swap'")
-        _require_int(self, where, "max_num_seqs", "max_num_batched_tokens")
-        _require_bool(self, where, "chunked_prefill", "fast_forward", "block_tables_on_device",
-                      "cuda_graphs", "kv_residency")
-        _require_number(self, where, "gpu_memory_utilization", rule=FRACTION)
-        _require_number(self, where, "activation_reserve_gib", "swap_space_gib")
-        _require_int(self, where, "kv_capacity_slots", optional=True, maximum=MAX_KV_SLOTS,
-                     hint=" (slot numbers are int32 in the block tables and kernels)")
-        _require_int(self, where, "max_model_len", optional=True)
-        _require_number(self, where, "wall_time_limit_s", rule=POSITIVE, optional=True)
-        _require(isinstance(self.device, str) and (self.device in ("auto", "cpu", "cuda")
-                                                   or self.device.startswith("cuda:")),
-                 f"{where}.device", f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        _require_bool(self, where, "batch_invariant", optional=True,
-                      hint=" (null = on for CPU, off for CUDA)")
-        _require(self.kernel_backend in ("auto", "triton", "torch"), f"{where}.kernel_backend",
-                 f"must be auto, triton or torch, got {self.kernel_backend!r}")
-        _require(self.sampling in ("greedy", "seeded"), f"{where}.sampling",
-                 f"must be greedy or seeded, got {self.sampling!r}")
-        _require_number(self, where, "telemetry_interval_s", hint=" (0 = no NVML telemetry)")
-        _require_int(self, where, "cpu_threads", "profile_activation_tokens", optional=True)
-        _require(self.tensor_parallel == "auto" or _is_int(self.tensor_parallel)
-                 and self.tensor_parallel > 0, f"{where}.tensor_parallel",
-                 f"must be a positive integer or auto, got {self.tensor_parallel!r}")
-        _require_int(self, where, "replicas")
-        _require(self.router in ROUTERS, f"{where}.router",
-                 f"must be one of {', '.join(ROUTERS)}, got {self.router!r}")
+    batch_invariant: Annotated[Flag, Says("true or false", or_null="true, false or null",
+                                          hint=" (null = on for CPU, off for CUDA)")] | None = None
+    # auto (Triton on CUDA, torch reference on CPU) | triton | torch
+    kernel_backend: one_of(("auto", "triton", "torch"), Says("auto, triton or torch")) = "auto"
+    block_tables_on_device: Flag = False  # keep block tables resident; upload changed rows only
+    # greedy (every sample argmax) | seeded (sample 0 greedy, others seeded)
+    sampling: one_of(("greedy", "seeded"), Says("greedy or seeded")) = "seeded"
+    # NVML sampling period in seconds (0 = no telemetry)
+    telemetry_interval_s: Annotated[Number, Says("a number >= 0", hint=" (0 = no NVML telemetry)")] = 0.1
+    profile_activation_tokens: PositiveInt | None = None  # capacity profiling pass; null = max_num_batched_tokens
+    cpu_threads: PositiveInt | None = None  # torch intra-op threads for CPU runs (null = torch's default)
+    cuda_graphs: Flag = True  # CUDA: decode steps replay graphs captured per batch bucket; false = eager
 
 
-@dataclass(frozen=True)
+def _registered_manager(kind: Any) -> Any:
+    from pagebench.allocators.registry import MANAGERS  # NOTE: here, so that importing the config stays light
+    if not isinstance(kind, str) or kind not in MANAGERS:
+        raise SpecProblem("", f"must be one of {', '.join(sorted(MANAGERS))} (a registered "
+                          f"manager), got {kind!r}")
+    return kind
+
+
+@spec
 class SystemSpec:
     """One system = a KV manager configuration (with the scheduler of the run)."""
 
     name: str
-    kind: str
-    prefix_caching: bool = False
+    kind: Annotated[str, BeforeValidator(_registered_manager)]
+    prefix_caching: Flag = False
     policy: str | None = None
     arena: str = "buddy"
-    block_size: int | None = None
+    block_size: PositiveInt | None = None
     # the keys a manager declares for itself (its class's ``options``), as (key, value) pairs
     options: tuple[tuple[str, Any], ...] = ()
 
@@ -143,16 +142,13 @@ class SystemSpec:
         """The value of the manager-specific catalog key ``key``."""
         return dict(self.options)[key]
 
-    def validate(self, where: str) -> None:
-        from pagebench.allocators.registry import MANAGERS  # NOTE: here, so that importing the config stays light
-        _require(self.kind in MANAGERS, f"{where}.kind",
-                 f"must be one of {', '.join(sorted(MANAGERS))} (a registered manager), "
-                 f"got {self.kind!r}")
-        _require_int(self, where, "block_size", optional=True)
-        _require_bool(self, where, "prefix_caching")
+    @model_validator(mode="after")
+    def _its_manager_takes_it(self) -> "SystemSpec":
+        from pagebench.allocators.registry import MANAGERS
         problem = MANAGERS[self.kind].system_problem(self, None)
         if problem is not None:
-            raise ConfigError(f"{where}.{problem[0]}: {problem[1]}")
+            raise SpecProblem(*problem)
+        return self
 
     @property
     def label(self) -> str:
@@ -160,7 +156,12 @@ class SystemSpec:
         return MANAGERS[self.kind].label(self)
 
 
-@dataclass(frozen=True)
+# an SLO target in milliseconds
+SloTarget = Annotated[PositiveNumber, Says("a positive number", hint=" (milliseconds; null = no target)")]
+Percentile = Annotated[float, Strict(), Field(gt=0, le=100), WrapValidator(keep_int)]
+
+
+@spec
 class SloSpec:
     """The service-level objective a run's goodput counts against (``slo`` in the config;
     ``harness.metrics.latency``), and the latency percentiles results.json reports.
@@ -170,10 +171,11 @@ class SloSpec:
     vLLM's ``--goodput``) and E2E latency, each in milliseconds; null = no target.
     """
 
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2el_ms: float | None = None
-    percentiles: tuple[float, ...] = (50, 90, 99)
+    ttft_ms: SloTarget | None = None
+    tpot_ms: SloTarget | None = None
+    e2el_ms: SloTarget | None = None
+    percentiles: Annotated[tuple[Percentile, ...], Field(min_length=1),
+                           Says("a non-empty list of numbers in (0, 100], e.g. [50, 90, 99]")] = (50, 90, 99)
 
     @property
     def targets_ms(self) -> dict[str, float]:
@@ -181,54 +183,52 @@ class SloSpec:
         return {name: value for name, value in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms),
                                                 ("e2el", self.e2el_ms)) if value is not None}
 
-    def validate(self, where: str) -> None:
-        _require_number(self, where, "ttft_ms", "tpot_ms", "e2el_ms", rule=POSITIVE,
-                        optional=True, hint=" (milliseconds; null = no target)")
-        values = self.percentiles
-        _require(isinstance(values, (list, tuple)) and len(values) > 0
-                 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                         and 0 < v <= 100 for v in values),
-                 f"{where}.percentiles",
-                 f"must be a non-empty list of numbers in (0, 100], e.g. [50, 90, 99], got {values!r}")
-        object.__setattr__(self, "percentiles", tuple(values))
+
+def _known_mode(mode: Any) -> Any:
+    if not isinstance(mode, str) or mode not in RUN_MODES:
+        raise SpecProblem("", (
+            f"unknown run mode {mode!r}.{did_you_mean(str(mode), RUN_MODES)} Valid modes: "
+            f"{', '.join(RUN_MODES)} (serve runs the systems through the engine; study and "
+            "kernels come with their experiments, e.g. experiment=vllm_fig12, experiment=kernels)"))
+    return mode
 
 
-_NESTED[("EngineSpec", "cost")] = CostSpec
-_NESTED[("EngineSpec", "offload")] = OffloadSpec
+@spec
+class RunOptions:
+    """The top-level keys a run reads besides the specs: ``run`` names a mode
+    (``harness/__main__.py`` sends every mode but study and kernels to the serving run, so
+    a misspelt one would otherwise run a plain serve), ``progress`` and ``report`` (whether
+    the run writes report.html) are booleans."""
+
+    run: Annotated[Any, AfterValidator(_known_mode)] = "serve"
+    progress: Annotated[Flag, Says("true or false", after=" (progress=false hides the progress "
+                                                          "bars)")] = True
+    report: Annotated[Flag, Says("true or false", after=" (report=false skips report.html; python "
+                                                        "-m pagebench.reports DIR renders it later)")] = True
+
+
+def run_options(cfg: Mapping[str, Any]) -> RunOptions:
+    """The checked ``RunOptions`` of a config (its other keys aside)."""
+    return build_spec(RunOptions, {key: cfg[key] for key in ("run", "progress", "report")
+                                   if key in cfg}, "")
 
 
 def check_run_options(cfg: Mapping[str, Any]) -> None:
-    """The top-level keys a serving run reads besides the specs: ``run`` must name a mode
-    (``harness/__main__.py`` sends every mode but study and kernels to the serving run, so
-    a misspelt one would otherwise run a plain serve) and ``progress`` must be a boolean."""
-    mode = cfg.get("run", "serve")
-    if not isinstance(mode, str) or mode not in RUN_MODES:
-        raise ConfigError(
-            f"run: unknown run mode {mode!r}.{did_you_mean(str(mode), RUN_MODES)} Valid modes: "
-            f"{', '.join(RUN_MODES)} (serve runs the systems through the engine; study and "
-            "kernels come with their experiments, e.g. experiment=vllm_fig12, experiment=kernels)")
-    progress = cfg.get("progress", True)
-    if not isinstance(progress, bool):
-        raise ConfigError(f"progress: must be true or false, got {progress!r} (progress=false "
-                          "hides the progress bars)")
+    """``ConfigError`` unless ``run``, ``progress`` and ``report`` are valid (``RunOptions``)."""
+    run_options(cfg)
 
 
 def wants_report(cfg: Mapping[str, Any]) -> bool:
     """The top-level ``report`` key: whether the run writes report.html (default true)."""
-    report = cfg.get("report", True)
-    if not isinstance(report, bool):
-        raise ConfigError(f"report: must be true or false, got {report!r} (report=false skips "
-                          "report.html; python -m pagebench.reports DIR renders it later)")
-    return report
+    return run_options(cfg).report
+
+
+BlockSize = Annotated[PositiveInt, Says("a positive integer", hint=" (tokens per KV block, e.g. 16)")]
 
 
 def validate_block_size(value: Any) -> int:
     """The top-level block_size: a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(
-            f"block_size: must be a positive integer (tokens per KV block, e.g. 16), got {value!r}"
-        )
-    return value
+    return check_value(BlockSize, value, "block_size")
 
 
 SYSTEM_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # steps_<name>.csv: never a path

@@ -58,7 +58,7 @@ class EngineRun:
     telemetry_rows: list[dict] = field(default_factory=list)  # torch on CUDA: NVML samples
     fit_range: dict | None = None  # sim on a calibrated profile: the steps beyond its range
     cost_model: dict | None = None  # sim: the cost model and profiles that priced the steps
-    offload: dict | None = None  # engine.offload on: the tiers' figures (harness.config.offload)
+    offload: dict | None = None  # engine.offload on: the tiers' figures (harness.metrics.offload)
     replica_managers: list | None = None  # engine.replicas > 1: each replica's KV manager
 
 

@@ -162,7 +162,7 @@ class TorchExecutor:
                   f"({warmup_summary(self.warmup)})", file=sys.stderr)
         if self.cuda:
             if engine.telemetry_interval_s > 0:
-                from harness.run.nvml import NvmlSampler
+                from harness.engine.nvml import NvmlSampler
 
                 self.telemetry = NvmlSampler(self.device, interval_s=engine.telemetry_interval_s)
 

@@ -13,7 +13,7 @@ from harness.gate.compare import BASELINE_FORMAT
 from harness.gate.metrics import KERNEL_SCHEMA, job_key
 from harness.gate.rules import Rule
 from harness.fileio import read_json
-from harness.run.results import PREVIOUS_DIR, read_results
+from harness.results_format import PREVIOUS_DIR, read_results
 
 RESULT_FILES = ("results.json", "kernel_results.json")
 

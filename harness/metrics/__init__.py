@@ -1,2 +1,2 @@
 """The metrics room: step and request records and the summaries results.json reports
-(``summaries``)."""
+(``summaries``; the offload tiers' figures: ``offload``)."""

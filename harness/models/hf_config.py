@@ -19,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.config.specs import ModelSpec, build_spec, to_plain
+from harness.models.model_spec import ModelSpec
+from harness.spec_schema import build_spec, to_plain
 from harness.errors import ConfigError, InputError
 from harness.fileio import read_json
 from harness.models.hf_fields import Fields, dtype_of, llama_keys, reader
@@ -43,11 +44,12 @@ def load_model_spec(node: Any, where: str = "model") -> ModelSpec:
                           f"{where}.path is set; only {', '.join(OVERRIDABLE)} may be set beside it")
     keys = spec_keys(data["path"])
     longest = keys["max_context"]
-    if isinstance(data.get("max_context"), int) and data["max_context"] > longest:
-        raise ConfigError(f"{where}.max_context={data['max_context']}: the checkpoint's "
-                          f"max_position_embeddings is {longest}; set at most that")
     keys.update({k: data[k] for k in OVERRIDABLE if data.get(k) is not None})
-    return build_spec(ModelSpec, keys, where)
+    spec = build_spec(ModelSpec, keys, where)
+    if spec.max_context > longest:
+        raise ConfigError(f"{where}.max_context={spec.max_context}: the checkpoint's "
+                          f"max_position_embeddings is {longest}; set at most that")
+    return spec
 
 
 def config_path(path: str) -> Path:

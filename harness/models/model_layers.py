@@ -24,40 +24,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from harness.errors import ConfigError
+from pydantic import model_validator
+
+from harness.spec_schema import NonNegativeInt, PositiveInt, Says, SpecProblem, spec
 
 LAYER_KINDS = ("full", "sliding", "linear")
 # what a layer group keeps of a sequence
 LIFETIMES = {"full": "sequence", "mla": "sequence", "sliding": "window", "linear": "state"}
 
 
-def _check_ints(spec: Any, where: str, *keys: str, allow_zero: tuple[str, ...] = ()) -> None:
-    for key in keys:
-        value = getattr(spec, key)
-        low = 0 if key in allow_zero else 1
-        if value is None and key in allow_zero:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            kind = "a non-negative" if low == 0 else "a positive"
-            raise ConfigError(f"{where}.{key}: must be {kind} integer, got {value!r}")
-
-
-@dataclass(frozen=True)
+@spec
 class MlaSpec:
     """Multi-head latent attention ranks (DeepSeek-V3 config.json's names)."""
 
-    kv_lora_rank: int
-    qk_rope_head_dim: int
-    qk_nope_head_dim: int
-    v_head_dim: int
-    q_lora_rank: int | None = None  # null: queries projected from the hidden state directly
-
-    def validate(self, where: str) -> None:
-        _check_ints(self, where, "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
-        if self.q_lora_rank is not None:
-            _check_ints(self, where, "q_lora_rank")
+    kv_lora_rank: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+    # null: queries projected from the hidden state directly
+    q_lora_rank: Annotated[PositiveInt, Says("a positive integer", or_null="a positive integer")] | None = None
 
     @property
     def values_per_token(self) -> int:
@@ -73,23 +60,22 @@ class MlaSpec:
         return q + kv_down + kv_up + heads * self.v_head_dim * hidden
 
 
-@dataclass(frozen=True)
+@spec
 class MoeSpec:
     """Mixture-of-experts MLPs: ``num_experts`` gated experts, ``experts_per_token`` routed."""
 
-    num_experts: int
-    experts_per_token: int
-    expert_intermediate_size: int
-    shared_expert_intermediate_size: int = 0  # the always-on shared experts' total width
-    dense_layers: int = 0  # the first N layers keep a dense MLP of intermediate_size
+    num_experts: PositiveInt
+    experts_per_token: PositiveInt
+    expert_intermediate_size: PositiveInt
+    shared_expert_intermediate_size: NonNegativeInt = 0  # the always-on shared experts' total width
+    dense_layers: NonNegativeInt = 0  # the first N layers keep a dense MLP of intermediate_size
 
-    def validate(self, where: str) -> None:
-        _check_ints(self, where, "num_experts", "experts_per_token", "expert_intermediate_size",
-                    "shared_expert_intermediate_size", "dense_layers",
-                    allow_zero=("shared_expert_intermediate_size", "dense_layers"))
+    @model_validator(mode="after")
+    def _routed_among_experts(self) -> "MoeSpec":
         if self.experts_per_token > self.num_experts:
-            raise ConfigError(f"{where}.experts_per_token: must be at most num_experts "
+            raise SpecProblem("experts_per_token", f"must be at most num_experts "
                               f"({self.num_experts}), got {self.experts_per_token}")
+        return self
 
     def params(self, hidden: int, experts: int) -> int:
         """Gated experts (3 matrices each), the shared experts and the router."""
@@ -97,19 +83,15 @@ class MoeSpec:
                               + self.shared_expert_intermediate_size) + hidden * self.num_experts)
 
 
-@dataclass(frozen=True)
+@spec
 class LinearAttentionSpec:
     """A Gated DeltaNet layer's dimensions (Qwen3-Next config.json's linear_* keys)."""
 
-    num_key_heads: int
-    key_head_dim: int
-    num_value_heads: int
-    value_head_dim: int
-    conv_kernel: int
-
-    def validate(self, where: str) -> None:
-        _check_ints(self, where, "num_key_heads", "key_head_dim", "num_value_heads",
-                    "value_head_dim", "conv_kernel")
+    num_key_heads: PositiveInt
+    key_head_dim: PositiveInt
+    num_value_heads: PositiveInt
+    value_head_dim: PositiveInt
+    conv_kernel: PositiveInt
 
     @property
     def state_values(self) -> int:
@@ -168,34 +150,35 @@ def layer_kinds(spec: Any) -> list[str]:
     return [pattern[i % len(pattern)] for i in range(spec.layers)]
 
 
-def validate_layers(spec: Any, where: str) -> None:
-    """The layer pattern, window, MLA and linear-attention keys fit together."""
+def validate_layers(spec: Any) -> None:
+    """The layer pattern, window, MLA and linear-attention keys fit together (a
+    ``SpecProblem`` naming the key when they do not)."""
     pattern = spec.layer_pattern
     if pattern is not None:
-        if not isinstance(pattern, (list, tuple)) or not pattern:
-            raise ConfigError(f"{where}.layer_pattern: must be a non-empty list of layer kinds "
+        if not pattern:
+            raise SpecProblem("layer_pattern", f"must be a non-empty list of layer kinds "
                               f"({', '.join(LAYER_KINDS)}) or null, got {pattern!r}")
         bad = [k for k in pattern if k not in LAYER_KINDS]
         if bad:
-            raise ConfigError(f"{where}.layer_pattern: unsupported layer kind {bad[0]!r} "
+            raise SpecProblem("layer_pattern", f"unsupported layer kind {bad[0]!r} "
                               f"(supported: {', '.join(LAYER_KINDS)})")
     kinds = set(layer_kinds(spec))
     if "sliding" in kinds and spec.sliding_window is None:
-        raise ConfigError(f"{where}.sliding_window: layer_pattern has sliding layers: set the window")
+        raise SpecProblem("sliding_window", "layer_pattern has sliding layers: set the window")
     if spec.sliding_window is not None:
         if "sliding" not in kinds:
-            raise ConfigError(f"{where}.sliding_window: set, but layer_pattern has no sliding layer")
+            raise SpecProblem("sliding_window", "set, but layer_pattern has no sliding layer")
         if spec.sliding_window > spec.max_context:
-            raise ConfigError(f"{where}.sliding_window: {spec.sliding_window} is larger than the "
+            raise SpecProblem("sliding_window", f"{spec.sliding_window} is larger than the "
                               f"context (max_context={spec.max_context})")
     if ("linear" in kinds) != (spec.linear_attention is not None):
-        key = "linear_attention" if "linear" in kinds else "layer_pattern"
-        raise ConfigError(f"{where}.{key}: linear layers in layer_pattern need linear_attention "
-                          "dimensions, and linear_attention needs linear layers")
+        raise SpecProblem("linear_attention" if "linear" in kinds else "layer_pattern",
+                          "linear layers in layer_pattern need linear_attention dimensions, "
+                          "and linear_attention needs linear layers")
     if spec.mla is not None and "sliding" in kinds:
-        raise ConfigError(f"{where}.layer_pattern: MLA with sliding-window layers is not supported")
+        raise SpecProblem("layer_pattern", "MLA with sliding-window layers is not supported")
     if spec.moe is not None and spec.moe.dense_layers > spec.num_layers:
-        raise ConfigError(f"{where}.moe.dense_layers: more than num_layers ({spec.num_layers})")
+        raise SpecProblem("moe.dense_layers", f"more than num_layers ({spec.num_layers})")
 
 
 def attention_kv_values(spec: Any) -> int:

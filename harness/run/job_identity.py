@@ -32,7 +32,8 @@ from typing import Any
 from harness.config.conf_tree import CONF_DIR
 from harness.errors import InputError
 from harness.fileio import launch_path
-from harness.run.results import DISPLAY_ONLY_KEYS, file_sha256
+from harness.results_format import DISPLAY_ONLY_KEYS
+from harness.run.results import file_sha256
 
 # Config keys whose string values name files a run reads.
 FILE_KEYS = ("path", "kernel_profile", "host_profile", "kernel_results")

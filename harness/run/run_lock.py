@@ -4,8 +4,8 @@ A run takes ``claim_run_dir(out_dir)`` for its whole length: an exclusive ``floc
 ``out_dir/.pagebench.lock`` (a second run into the directory is refused while it is held;
 the kernel drops it when the holder dies, however it dies) and a fresh token written into
 that file. The token is this process's claim on the directory, inherited by its worker
-processes (``harness.run.processes.worker_pool``). ``check_owner`` runs immediately before
-each atomic rename (``harness.run.results.atomic_write_bytes``): a process whose claim is not
+processes (``harness.processes.worker_pool``). ``harness.fileio.check_owner`` runs
+immediately before each atomic rename (``harness.fileio.atomic_write_bytes``): a process whose claim is not
 the token in the lock file (a worker of a run killed with ``kill -9``, outlived by a later
 run) may not write there. Directories without a lock file (a sweep's top directory, a
 report written later) are anyone's.
@@ -19,16 +19,10 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from harness.errors import PagebenchError
+from harness.errors import RunDirectoryBusy
+from harness.fileio import LOCK_NAME, claims, read_lock_token
 
-LOCK_NAME = ".pagebench.lock"
-
-# run directory (real path) -> this process's token for it
-_claims: dict[str, str] = {}
-
-
-class RunDirectoryBusy(PagebenchError):
-    """Another run holds the run directory, or took it over from this one."""
+__all__ = ["LOCK_NAME", "RunDirectoryBusy", "claim_run_dir"]
 
 
 @contextlib.contextmanager
@@ -49,11 +43,11 @@ def claim_run_dir(out_dir: Path) -> Iterator[None]:
         os.ftruncate(fd, 0)
         os.pwrite(fd, (token + "\n").encode("ascii"), 0)
         key = os.path.realpath(out_dir)
-        _claims[key] = token
+        claims()[key] = token
         try:
             yield
         finally:
-            _claims.pop(key, None)
+            claims().pop(key, None)
             os.ftruncate(fd, 0)  # the token dies with the run (and the directory is as it was)
     finally:
         os.close(fd)  # (releases the flock, once no worker holds the inherited descriptor)
@@ -67,37 +61,7 @@ def _lock_exclusively(fd: int, out_dir: Path, lock_path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _read_token(lock_path).split(" ")[0] or "?"
+        holder = read_lock_token(lock_path).split(" ")[0] or "?"
         raise RunDirectoryBusy(
             f"{out_dir}: another run (pid {holder}) is writing into this directory; wait for "
             f"it to end or choose another (hydra.run.dir=...)") from None
-
-
-def check_owner(directory: Path) -> None:
-    """Raise ``RunDirectoryBusy`` when this process holds a claim on ``directory`` that is
-    no longer the one in its lock file (a later run took the directory over)."""
-    mine = _claims.get(os.path.realpath(directory)) if _claims else None
-    if mine is None:
-        return
-    current = _read_token(Path(directory) / LOCK_NAME)
-    if current != mine:
-        raise RunDirectoryBusy(f"{directory}: another run (pid {current.split(' ')[0] or '?'}) "
-                               f"owns this directory now; this process's output is not written")
-
-
-def _read_token(lock_path: Path) -> str:
-    try:
-        return lock_path.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
-def held_claims() -> dict[str, str]:
-    """This process's claims, for a worker process to adopt."""
-    return dict(_claims)
-
-
-def adopt_claims(claims: dict[str, str]) -> None:
-    """In a worker process: write under the claims of the process that started it."""
-    _claims.clear()
-    _claims.update(claims)

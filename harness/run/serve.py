@@ -34,17 +34,18 @@ from harness.errors import ConfigError, did_you_mean
 from harness.metrics.latency import serving_metrics
 from harness.metrics.residency import residency_summary
 from harness.metrics.summaries import layer_group_summary, memory_summary, serving_summary
-from harness.config.offload import offload_figures, offload_summary
 from harness.config.parallelism import degree, gpu_memory
-from harness.run.processes import fork_is_safe, forking, usable_cpus, worker_pool
+from harness.metrics.offload import offload_figures, offload_summary
+from harness.processes import fork_is_safe, forking, usable_cpus, worker_pool
 from harness.run.progress import ParallelBars, publish, shared_progress
 from harness.run.reuse import reuse_earlier
 from harness.run.interrupts import STOP_SIGNALS, InterruptFlag, deferred_interrupt
 from harness.run.rejections import SERVED_NOTHING, rejection_warnings, systems_that_served_nothing
 from harness.fileio import write_json
+from harness.results_format import SCHEMA_VERSION
 from harness.run.job_identity import config_hash
-from harness.run.results import SCHEMA_VERSION, write_table
-from harness.config.run_setup import RunSetup, check_block_sizes, run_setup
+from harness.run.results import write_table
+from harness.run.run_setup import RunSetup, check_block_sizes, run_setup
 from harness.config.memory_estimate import check_pools_fit
 from harness.config.systems import build_manager, cpu_pool_slots
 
@@ -129,12 +130,13 @@ def prepare_serving(cfg: Any) -> tuple[RunSetup, int]:
     return setup, jobs
 
 
-def run_serving(cfg: Any, out_dir: Path) -> dict:
+def run_serving(cfg: Any, out_dir: Path, prepared: tuple[RunSetup, int] | None = None) -> dict:
     """Run the configured systems on the workload (``jobs`` of them at once); write
-    results.json, tables, report."""
+    results.json, tables, report. ``prepared``: what ``prepare_serving(cfg)`` returned, when
+    the caller has checked the config already (``python -m harness``)."""
     from harness.workloads import build_workload
 
-    setup, jobs = prepare_serving(cfg)
+    setup, jobs = prepared if prepared is not None else prepare_serving(cfg)
     model, hardware, engine = setup.model, setup.hardware, setup.engine
     block_size, seed, max_model_len, systems = (setup.block_size, setup.seed,
                                                 setup.max_model_len, setup.systems)

@@ -26,8 +26,9 @@ from harness import __version__
 from harness.config.cli_args import check_seed
 from harness.errors import ConfigError
 from harness.fileio import write_json
-from harness.run.results import STUDY_SCHEMA_VERSION
-from harness.config.run_setup import REQUIRED_KEYS, run_setup
+from harness.results_format import STUDY_SCHEMA_VERSION
+from harness.config.specs import REQUIRED_KEYS
+from harness.run.run_setup import run_setup
 
 _SUMMARY_KEYS = ("label", "allocator", "memory", "requests", "throughput", "latency", "batch",
                  "preemptions", "swaps", "prefix_cache", "sharing_savings_pct", "complete",
@@ -60,7 +61,7 @@ def prepare_study(cfg: Any) -> PreparedStudy:
     where they were. Raises ``ConfigError``."""
     from harness.run.serve import TOP_LEVEL_KEYS
     from harness.studies.paper import STUDIES, check_study_keys
-    from harness.run.processes import usable_cpus
+    from harness.processes import usable_cpus
 
     plain = _plain(cfg)
     study = plain.pop("study", None)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.run.processes import forking, usable_cpus, worker_pool
+from harness.processes import forking, usable_cpus, worker_pool
 
 
 def set_path(cfg: dict, dotted: str, value: Any) -> None:
@@ -106,7 +106,7 @@ def run_job(job: Job) -> dict:
     from harness.engine.executors import make_executor
     from harness.engine.scheduler import Scheduler
     from harness.run.serve import _system_summary
-    from harness.config.run_setup import run_setup
+    from harness.run.run_setup import run_setup
     from harness.config.systems import build_manager
     from harness.workloads import build_workload
 

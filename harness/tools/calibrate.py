@@ -171,14 +171,14 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, engine: EngineSpec, *,
     test = [s for s in samples if s.point in held]
     coef = fit_coefficients(train, with_floor=True)
     compute_eff, bandwidth_eff = derived_efficiencies(model, hardware, coef)
-    fitted = FittedCostSpec(model=model.name, num_layers=model.layers, dtype=model.dtype,
-                            linear_floor_s=float(coef[len(COEFFICIENTS)]),
-                            compute_efficiency=compute_eff, bandwidth_efficiency=bandwidth_eff,
-                            max_batch_size=max(b for b, _ in fits),
-                            # KV per sequence after its last decode step (prompt + output - 1)
-                            max_context_len=max(c for _, c in fits) + output_len - 1,
-                            **{name: float(v) for name, v in zip(COEFFICIENTS, coef)})
-    fitted.validate("fitted")
+    fitted = build_spec(FittedCostSpec, dict(
+        model=model.name, num_layers=model.layers, dtype=model.dtype,
+        linear_floor_s=float(coef[len(COEFFICIENTS)]),
+        compute_efficiency=compute_eff, bandwidth_efficiency=bandwidth_eff,
+        max_batch_size=max(b for b, _ in fits),
+        # KV per sequence after its last decode step (prompt + output - 1)
+        max_context_len=max(c for _, c in fits) + output_len - 1,
+        **{name: float(v) for name, v in zip(COEFFICIENTS, coef)}), "fitted")
     per_point = []
     for p in fits:
         steps = [s for s in samples if s.point == p]
@@ -300,9 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         check_device(args.device)
         model = load_spec(ModelSpec, "model", args.model, "model")
         if args.layers is not None or args.dtype is not None:
-            model = replace(model, num_layers_override=args.layers or model.num_layers_override,
-                            dtype=args.dtype or model.dtype)
-            model.validate("model")
+            model = build_spec(ModelSpec, {**asdict(model), "dtype": args.dtype or model.dtype,
+                                           "num_layers_override": args.layers or model.num_layers_override},
+                               "model")
         hardware = load_spec(HardwareSpec, "hardware", args.hardware, "hardware")
         engine = build_spec(EngineSpec, {"executor": "torch", "device": args.device,
                                          "max_num_batched_tokens": args.max_num_batched_tokens,

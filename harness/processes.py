@@ -70,17 +70,17 @@ def worker_pool(max_workers: int, mp_context: multiprocessing.context.BaseContex
     ``initializer(*initargs)``, and adopts this process's run-directory claims
     (``harness.run.run_lock``), which its writes are checked against.
     """
-    from harness.run.run_lock import held_claims
+    from harness.fileio import claims
 
     start = functools.partial(_start_worker, os.getpid(),
-                              mp_context.get_start_method() != "forkserver", held_claims(),
+                              mp_context.get_start_method() != "forkserver", dict(claims()),
                               initializer, initargs)
     return ProcessPoolExecutor(max_workers, mp_context=mp_context, initializer=start)
 
 
 def _start_worker(parent_pid: int, forked_by_parent: bool, claims: dict[str, str],
                   initializer: Callable[..., None] | None, initargs: tuple) -> None:
-    from harness.run.run_lock import adopt_claims
+    from harness.fileio import adopt_claims
 
     die_with_parent(parent_pid, forked_by_parent)
     adopt_claims(claims)

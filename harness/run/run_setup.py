@@ -1,4 +1,4 @@
-"""The specs a run builds from its config, every one checked, before any work.
+"""The run plan: the specs a run builds from its config, every one checked, before any work.
 
 ``run_setup(cfg)`` builds the model, hardware and engine specs, the block size, the seed,
 ``max_model_len`` and the systems, and parses the workload's spec (no request is generated
@@ -16,14 +16,10 @@ from typing import Any
 from harness.config.cli_args import check_seed
 from harness.config.specs import (GIB, MAX_KV_SLOTS, EngineSpec, HardwareSpec, ModelSpec, SloSpec, SystemSpec,
                             build_spec, select_systems, validate_block_size)
+from harness.config.specs import REQUIRED_KEYS, to_plain
 from harness.engine.executors import check_cost_profiles
 from harness.errors import ConfigError
-from harness.config.offload import check_offload
 from harness.config.parallelism import resolve_tensor_parallel, shard_model
-
-# The top-level keys every run builds from: deleting one (~seed) is refused.
-REQUIRED_KEYS = ("allocator", "block_size", "engine", "hardware", "model", "seed", "systems",
-                 "workload")
 
 
 @dataclass(frozen=True)
@@ -54,12 +50,14 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     if missing:
         raise ConfigError(f"{missing[0]}: missing from the config, and every run reads it: set it "
                           f"({missing[0]}=...)")
-    model = load_model_spec(cfg["model"])
-    hardware = build_spec(HardwareSpec, cfg["hardware"], "hardware")
-    engine = build_spec(EngineSpec, cfg["engine"], "engine")
-    block_size = validate_block_size(cfg["block_size"])
-    slo = build_spec(SloSpec, cfg.get("slo"), "slo")
-    seed = check_seed(cfg["seed"])
+    # the composed config stops here: what the specs are built from, as plain values
+    node = {key: to_plain(cfg[key]) for key in (*REQUIRED_KEYS, "slo") if key in cfg}
+    model = load_model_spec(node["model"])
+    hardware = build_spec(HardwareSpec, node["hardware"], "hardware")
+    engine = build_spec(EngineSpec, node["engine"], "engine")
+    block_size = validate_block_size(node["block_size"])
+    slo = build_spec(SloSpec, node.get("slo"), "slo")
+    seed = check_seed(node["seed"])
     max_swap_gib = MAX_KV_SLOTS * model.bytes_per_slot / GIB
     if engine.swap_space_gib > max_swap_gib:  # (1e30 overflowed building the CPU pool)
         raise ConfigError(f"engine.swap_space_gib: at most {max_swap_gib:,.0f} GiB for "
@@ -79,12 +77,12 @@ def run_setup(cfg: Any, systems: list[str] | None = None) -> RunSetup:
     tp = resolve_tensor_parallel(model, hardware, engine, max_model_len)
     engine = dataclasses.replace(engine, tensor_parallel=tp)
     model = shard_model(model, tp)  # the model itself for tp = 1
-    specs = select_systems(cfg["systems"] if systems is None else systems, cfg["allocator"],
+    specs = select_systems(node["systems"] if systems is None else systems, node["allocator"],
                            block_size)
     check_systems_for_model(specs, model)
     check_systems_for_engine(specs, engine)
     check_offload(engine, specs, model)  # engine.offload: paged + prefix cache, sim, >= 1 block
-    check_run_fits(parse_workload(cfg["workload"])[1])  # 10^9 requests: refused, not OOM-killed
+    check_run_fits(parse_workload(node["workload"])[1])  # 10^9 requests: refused, not OOM-killed
     check_cost_profiles(engine, specs, model, hardware)  # the profile files, read and checked
     return RunSetup(model, hardware, engine, block_size, seed, max_model_len, specs, slo,
                     full_model)
@@ -130,6 +128,33 @@ def check_systems_for_engine(systems: list[SystemSpec], engine: EngineSpec) -> N
         if MANAGERS[system.kind].tensor_layout == "none":
             raise ConfigError(f"systems: {system.name} ({system.kind}) has no KV tensor layout for "
                               "engine=torch; run it with engine=sim or leave it out of systems")
+
+
+def check_offload(engine: EngineSpec, systems: list[SystemSpec], model: ModelSpec) -> None:
+    """With ``engine.offload`` on: every system is a paged manager with prefix caching, the
+    executor is the sim, and each tier holds at least one block. Raises ``ConfigError``."""
+    spec = engine.offload
+    if not spec.enabled:
+        return
+    if engine.executor != "sim":
+        raise ConfigError("engine.offload.cpu_gib: the offload tier is modelled by the sim "
+                          "executor only; run it with engine=sim (or set engine.offload.cpu_gib=0)")
+    for system in systems:
+        if system.kind != "paged" or not system.prefix_caching:
+            raise ConfigError(
+                f"engine.offload.cpu_gib: system {system.name} ({system.kind}"
+                f"{'' if system.kind != 'paged' else ', no prefix cache'}) has no block prefix "
+                "cache to offload; run only paged systems with prefix_caching (e.g. "
+                "systems=[paged]) or set engine.offload.cpu_gib=0")
+        block_bytes = system.block_size * model.bytes_per_slot
+        for key in ("cpu_gib", "disk_gib"):
+            gib = getattr(spec, key)
+            if gib and gib * GIB < block_bytes:
+                raise ConfigError(
+                    f"engine.offload.{key}: {gib} GiB is smaller than one KV block of "
+                    f"{system.name} ({system.block_size} tokens x {model.bytes_per_slot:,} bytes "
+                    f"= {block_bytes:,} bytes for {model.name}); give at least "
+                    f"{block_bytes / GIB:.6g} GiB, or 0 for no tier")
 
 
 def check_block_sizes(systems: list[SystemSpec], capacity: int) -> None:
