@@ -188,7 +188,7 @@ def test_every_model_preset_runs_on_h200_with_its_defaults(model):
     16 GPUs, more than an NVLink domain, and is refused naming them: test_tensor_parallel)."""
     from hydra import compose, initialize_config_dir
 
-    from harness.config.run_setup import run_setup
+    from harness.run.run_setup import run_setup
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}", "hardware=h200"])
