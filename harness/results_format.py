@@ -116,10 +116,16 @@ def check_result_numbers(data: dict, path: Path) -> None:
     """``InputError`` naming the first field of ``RESULT_NUMBERS`` in ``data`` (a results.json
     read from ``path``) that is not a finite number or null."""
     import math
-    from fnmatch import fnmatchcase
+    import re
 
-    patterns = [pattern.replace(".**", "*") if pattern.endswith(".**") else pattern
-                for pattern in RESULT_NUMBERS]
+    def compiled(pattern: str) -> re.Pattern:
+        """``*`` is one key (no dot), a final ``.**`` the key and everything below it."""
+        below = pattern.endswith(".**")
+        keys = pattern[:-3] if below else pattern
+        body = r"\.".join(re.escape(key).replace(r"\*", r"[^.\[]*") for key in keys.split("."))
+        return re.compile(body + (r"(?:[.\[].*)?" if below else r"(?:\[.*)?") + r"\Z")
+
+    patterns = [compiled(pattern) for pattern in RESULT_NUMBERS]
     todo: list[tuple[str, Any]] = [(str(key), value) for key, value in data.items()]
     while todo:
         where, value = todo.pop()
@@ -135,7 +141,7 @@ def check_result_numbers(data: dict, path: Path) -> None:
         leaf = where.rsplit(".", 1)[-1].split("[", 1)[0]
         if isinstance(value, str) and leaf in RESULT_TEXT_KEYS:
             continue
-        if any(fnmatchcase(where, pattern) for pattern in patterns):
+        if any(pattern.match(where) for pattern in patterns):
             shown = repr(value) if not isinstance(value, str) else repr(value[:40])
             raise InputError(f"must be a finite number or null, got {shown}", path=str(path),
                              field=where)

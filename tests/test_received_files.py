@@ -165,3 +165,14 @@ def test_a_checkpoint_config_with_a_too_long_integer_names_line_and_field(tmp_pa
         spec_keys(str(tmp_path))
     assert str(err.value) == (f"{tmp_path / 'config.json'}:3: field 'num_hidden_layers': an "
                               "integer of 5,000 digits (more than the 4,300 a number may have)")
+
+
+def test_a_number_pattern_matches_one_key_per_star_not_any_path_ending_like_it(tmp_path):
+    """``systems.*.steps.**`` (a system's step counts) does not reach the torch executor's
+    ``systems.NAME.executor.slow_steps.steps[0].phase`` (text): ``*`` is one key."""
+    from harness.results_format import check_result_numbers
+
+    check_result_numbers({"systems": {"oracle": {"steps": {"total": 3}, "executor": {
+        "slow_steps": {"steps": [{"phase": "decode", "step": 4}]}}}}}, tmp_path / "results.json")
+    with pytest.raises(InputError, match=r"systems\.oracle\.steps\.total"):
+        check_result_numbers({"systems": {"oracle": {"steps": {"total": "3"}}}}, tmp_path / "r.json")
