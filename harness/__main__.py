@@ -183,20 +183,29 @@ def _overridden_keys(node: str) -> list[str]:
     return keys
 
 
-def _refuse_unusable_run_dir() -> None:
-    """Exit 2 in one line, before Hydra creates anything, when the run directory
-    (``hydra.run.dir``, a sweep's ``hydra.sweep.dir``, or the default under the current
-    directory) cannot be used: ``harness.run.run_dir_check`` says why."""
+def _hydra_command_line():
+    """Hydra's own parse of the command line: (its arguments, the rest), or None when it
+    cannot parse it (Hydra then reports the bad command line itself)."""
     from hydra._internal.utils import get_args_parser
-
-    from harness.run.run_dir_check import run_dir_problem
 
     parser = get_args_parser()
     parser.exit_on_error = False
     try:
-        args, extra = parser.parse_known_args()
+        return parser.parse_known_args()
     except (Exception, SystemExit):  # noqa: BLE001 - Hydra reports a bad command line itself
+        return None
+
+
+def _refuse_unusable_run_dir() -> None:
+    """Exit 2 in one line, before Hydra creates anything, when the run directory
+    (``hydra.run.dir``, a sweep's ``hydra.sweep.dir``, or the default under the current
+    directory) cannot be used: ``harness.run.run_dir_check`` says why."""
+    from harness.run.run_dir_check import run_dir_problem
+
+    parsed = _hydra_command_line()
+    if parsed is None:
         return
+    args, extra = parsed
     if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion:
         return  # nothing is written
     key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"
@@ -251,16 +260,12 @@ def _refuse_unknown_overrides() -> None:
     ``override_check``'s message when the command line overrides a key that the config
     cannot have, at any depth (Hydra's own message would suggest adding it with ``+``),
     or deletes one every run reads (``~seed``: the run would stop on it)."""
-    from hydra._internal.utils import get_args_parser
-
     from harness.config.override_check import check_overrides
 
-    parser = get_args_parser()
-    parser.exit_on_error = False
-    try:
-        args, extra = parser.parse_known_args()
-    except (Exception, SystemExit):  # noqa: BLE001 - Hydra reports a bad command line itself
+    parsed = _hydra_command_line()
+    if parsed is None:
         return
+    args, extra = parsed
     overrides = [*args.overrides, *(arg for arg in extra if not arg.startswith("-"))]
     if args.config_dir or args.config_path or args.config_name or any(
             override.startswith("hydra.searchpath") for override in overrides):
