@@ -123,7 +123,7 @@ rehearsal_python() {
   if [ ! -x "$venv/bin/python" ]; then
     echo "=== [rehearsal] venv $venv from $base" | tee -a "$LOG"
     if [ "${GPU_REHEARSE_CLEAN:-0}" = 1 ]; then
-      "$base" -m venv "$venv" && "$venv/bin/pip" install --quiet torch==2.13.0 triton==3.6.0 numpy pandas \
+      "$base" -m venv "$venv" && env -u PIP_CONSTRAINT "$venv/bin/pip" install --quiet torch==2.13.0 triton==3.6.0 numpy pandas \
         pyarrow matplotlib scipy tqdm pyyaml jinja2 nvidia-ml-py pytest pytest-benchmark hypothesis \
         safetensors transformers numba >>"$LOG" 2>&1 || { echo "rehearsal venv failed (see $LOG)"; return 1; }
     else
@@ -132,7 +132,9 @@ rehearsal_python() {
   fi
   local triton="${GPU_REHEARSE_TRITON:-3.6.0}"
   if [ "$("$venv/bin/python" -c 'import triton; print(triton.__version__)' 2>/dev/null)" != "$triton" ]; then
-    "$venv/bin/pip" install --quiet "triton==$triton" >>"$LOG" 2>&1 || { echo "triton $triton: install failed"; return 1; }
+    # (not under CI's PIP_CONSTRAINT: constraints.txt pins this machine's Triton, not the image's)
+    env -u PIP_CONSTRAINT "$venv/bin/pip" install --quiet "triton==$triton" >>"$LOG" 2>&1 \
+      || { echo "triton $triton: install failed (see $LOG)"; return 1; }
   fi
   local site
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
