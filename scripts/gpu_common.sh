@@ -86,8 +86,25 @@ install_pydeps() {
   for dir in .whl wheels; do
     if ls "$dir"/*.whl >/dev/null 2>&1; then
       rm -rf "$GPU_PYDEPS"
+      local wheels=("$dir"/*.whl)
+      if [ "${REHEARSE:-0}" = 1 ]; then
+        # The wheels are built for the image's Python (3.12): a compiled one (pydantic-core,
+        # cp312) cannot install on another Python. The rehearsal installs the others and
+        # takes that one's import from this machine's site-packages (the same version:
+        # constraints.txt); gpu_wheels.sh has already checked that the image's wheel exists.
+        local tag; tag=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+        local kept=() wheel
+        for wheel in "${wheels[@]}"; do
+          case "$(basename "$wheel")" in
+            *-cp3[0-9]*-*) if [[ "$(basename "$wheel")" == *"-$tag-"* ]]; then kept+=("$wheel"); else
+                             echo "=== [pydeps] rehearsal: $(basename "$wheel") is for the image's Python, not $tag: skipped" | tee -a "$LOG"; fi ;;
+            *) kept+=("$wheel") ;;
+          esac
+        done
+        wheels=("${kept[@]}")
+      fi
       run_stage pydeps "$limit" "$PY" -m pip install --quiet --no-index --no-deps --no-compile --target "$GPU_PYDEPS" \
-        "$dir"/*.whl
+        "${wheels[@]}"
       return $?
     fi
   done
