@@ -142,3 +142,18 @@ def test_a_wheel_install_runs_the_main_job_from_another_directory(wheel, tmp_pat
     probe = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__, harness.CONF_DIR)"],
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert probe.stdout.split() == [str(site / "harness" / "__init__.py"), str(site / "harness" / "conf")]
+
+
+@pytest.mark.parametrize("old, new", [("harness.calibrate", "harness.tools.calibrate"),
+                                      ("harness.hostcost", "harness.tools.hostcost"),
+                                      ("harness.traces", "harness.tools.traces")])
+def test_the_old_tool_paths_still_run_the_tools(old, new, tmp_path):
+    """``python -m harness.calibrate`` (and hostcost, traces) forward to harness/tools/ for
+    one release: the same usage line as the new path's."""
+    def usage(module: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    assert usage(old) == usage(new) and "usage:" in usage(new)
