@@ -38,9 +38,6 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-if ! [[ "$BUDGET_S" =~ ^[0-9]+$ ]] || [ "$BUDGET_S" -lt 60 ]; then
-  echo "gpu_check.sh: --budget must be a whole number of seconds >= 60, got '$BUDGET_S'" >&2; exit 2
-fi
 OUT_DIR="${1:-${OUT:-outputs/gpu_check}}"
 NAME=gpu_check
 source "$(dirname "$0")/gpu_common.sh"

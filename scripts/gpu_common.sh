@@ -10,6 +10,9 @@
 # plan scales with the budget and no reserve can exceed it; a stage gets
 # min(its limit, time left - its reserve) and is skipped below MIN_STAGE_S.
 
+if ! [[ "$BUDGET_S" =~ ^[0-9]+$ ]] || [ "$BUDGET_S" -lt 60 ]; then
+  echo "$NAME.sh: --budget must be a whole number of seconds >= 60, got '$BUDGET_S'" >&2; exit 2
+fi
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

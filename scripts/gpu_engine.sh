@@ -25,9 +25,6 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-if ! [[ "$BUDGET_S" =~ ^[0-9]+$ ]] || [ "$BUDGET_S" -lt 60 ]; then
-  echo "gpu_engine.sh: --budget must be a whole number of seconds >= 60, got '$BUDGET_S'" >&2; exit 2
-fi
 OUT_DIR="${1:-${OUT:-outputs/gpu_engine}}"
 NAME=gpu_engine
 source "$(dirname "$0")/gpu_common.sh"

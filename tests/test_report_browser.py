@@ -185,18 +185,11 @@ def test_hostile_strings_in_every_report_kind_stay_text(browser_page, source_run
              "study": hostile_study(tmp_path / "study") / "report.html"}
     for kind, path in pages.items():
         assert render_reports([str(path.parent)]) == 0, kind
-    page = browser_page
     for kind, path in pages.items():
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(path.as_uri(), wait_until="load")
-        page.wait_for_timeout(100)
-        state = page.evaluate("""() => ({
-            pwned: window.__pwned === undefined ? null : window.__pwned,
-            scripts: document.querySelectorAll('script, svg').length,
-            handlers: Array.from(document.querySelectorAll('*')).flatMap(el =>
-                Array.from(el.attributes).map(a => a.name).filter(n => n.startsWith('on'))),
-            shown: document.body.innerText.split('<script>window.__pwned=1</script>').length - 1})""")
+        state = _page_state(browser_page, path)
+        errors = state["errors"]
+        state["shown"] = browser_page.evaluate(
+            "() => document.body.innerText.split('<script>window.__pwned=1</script>').length - 1")
         assert (kind, state["pwned"], state["scripts"], state["handlers"], errors) == \
             (kind, None, 0, [], []), state
         assert state["shown"] >= 3, (kind, state)  # the payload was rendered, as text
