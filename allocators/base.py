@@ -46,7 +46,8 @@ class Capabilities:
     batched_decode: ``append_decode(seq_ids, tokens, copies) -> done`` (``BatchedDecode``).
     bulk_decode: fast-forward's closed form for a span of decode steps: ``paged``
     (``PagedBulkDecode``), ``contiguous`` (``append_batch`` and a constant allocation),
-    or None (fast-forward steps this manager one step at a time).
+    ``hybrid`` (``HybridBulkDecode``: the span's steps appended one by one, without the
+    scheduler), or None (fast-forward steps this manager one step at a time).
     prefix_cache: ``admit`` may serve prompt tokens from a cache (``cached_prefix_tokens``).
     knows_final_len: the allocation policy reads ``final_len`` (oracle knowledge).
     maps_pages: it counts physical page mappings (``stats.mapped_pages`` /
@@ -66,7 +67,7 @@ class Capabilities:
 
     layout: Literal["paged", "contiguous", "none"]
     batched_decode: bool = False
-    bulk_decode: Literal["paged", "contiguous"] | None = None
+    bulk_decode: Literal["paged", "contiguous", "hybrid"] | None = None
     prefix_cache: bool = False
     knows_final_len: bool = False
     maps_pages: bool = False
@@ -241,6 +242,25 @@ class PagedBulkDecode(BatchedDecode, Protocol):
     def prefix_frontier_key(self, prompt_token_ids: Sequence[int]) -> int | None: ...
 
     def filled_block_keys(self, seq_id: int, token_ids: Sequence[int]) -> list[int]: ...
+
+
+class HybridBulkDecode(Protocol):
+    """``Capabilities.bulk_decode == "hybrid"``: what fast-forward reads to run a span of
+    decode steps (``append`` of one token per sequence, step by step) without the
+    scheduler, and to know where the scheduler would decide otherwise (a sliding window
+    returns blocks mid-span, so a refused waiting head may fit again)."""
+
+    def can_append_without_copy(self, seq_id: int) -> bool: ...
+
+    def decode_span_events(self, seq_ids: Sequence[int], span: int) -> tuple[list[int], list[int]]:
+        """``[span]`` each: blocks each step allocates, and table entries it drops (an upper
+        bound on the blocks it returns to the free queue)."""
+
+    def admission_need(self, prompt_token_ids: Sequence[int], num_tokens: int) -> tuple[int, set[int]]:
+        """(free blocks ``admit`` would take now, the blocks of its prefix hit)."""
+
+    def next_blocks(self, n: int) -> list[int]:
+        """The next ``n`` blocks an allocation takes, head first."""
 
 
 class LayerGroupReport(Protocol):

@@ -126,6 +126,11 @@ class BlockPool:
         keys = self._keys
         return [keys[b] is not None for b in islice(self._live(), min(n, self.num_free))]
 
+    def next_blocks(self, n: int) -> list[int]:
+        """The next ``n`` blocks ``allocate`` would pop (all free ones if fewer), head first.
+        O(n + tombstones passed)."""
+        return list(islice(self._live(), min(n, self.num_free)))
+
     def _compact(self) -> None:
         """Drop the consumed head of ``_q`` and, when tombstones outnumber the blocks, the
         tombstones too (renumbering every free block's entry); trim the eviction log.

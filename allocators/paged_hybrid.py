@@ -22,10 +22,13 @@ Prefix caching per KV cache group (keys salted with the group id, as vLLM's
 query reads. A model with a linear group serves no prefix hits (the recurrent state
 after a prefix is not kept; vLLM caches it only in its experimental ``align`` mode).
 
-Not offered: swap (``swap_out`` returns None, so the scheduler recomputes), a torch
-layout (``tensor_layout = "none"``: engine=sim only) and fast-forward's closed form
-(``bulk_decode`` None: the engine steps it one step at a time). A fork shares the
-attention blocks and copies each linear group's state page.
+Not offered: swap (``swap_out`` returns None, so the scheduler recomputes) and a torch
+layout (``tensor_layout = "none"``: engine=sim only). A fork shares the attention blocks
+and copies each linear group's state page. Fast-forward (``bulk_decode = "hybrid"``,
+``harness.engine.fast_forward_hybrid``) runs a span of decode steps without the
+scheduler, reading the span's block events (``decode_span_events``) and the waiting
+head's need (``admission_need``) to know it ends where the scheduler would decide
+otherwise.
 """
 
 from __future__ import annotations
@@ -117,6 +120,7 @@ class HybridKVCacheManager:
         self.enable_prefix_caching = bool(enable_prefix_caching) and len(self._attention) == len(kinds)
         self.stats = ManagerStats()
         self.capabilities = Capabilities(layout=self.tensor_layout, layer_groups=True,
+                                         bulk_decode="hybrid",
                                          prefix_cache=self.enable_prefix_caching, swaps=False,
                                          block_residency=True)
         self._primary = next((i for i in self._attention if kinds[i].kind != "sliding"),
@@ -337,6 +341,58 @@ class HybridKVCacheManager:
                 ledger.blocks -= gather(self.pool.ref_cnt, kt.tables[0]).count(1)
             for table in kt.tables:
                 self.pool.free(table[::-1])  # NOTE: tail first, so the tail is evicted first
+
+    # ------------------------------------- fast-forward (bulk_decode "hybrid", HybridBulkDecode)
+    def can_append_without_copy(self, seq_id: int) -> bool:
+        """Would a token appended to the sequence now copy no block (no partial last block
+        it shares)? Stays true while it only decodes: its new blocks are its own."""
+        s, ref = self._get(seq_id), self.pool.ref_cnt
+        n = s.num_tokens
+        return not any(n % self.kinds[i].tokens_per_block and ref[s.kinds[i].tables[0][-1]] > 1
+                       for i in self._attention)
+
+    def decode_span_events(self, seq_ids: Sequence[int], span: int) -> tuple[list[int], list[int]]:
+        """``[span]`` each: the blocks the next ``span`` decode steps of these sequences (one
+        token each, every step) allocate, and the table entries the window drops in each
+        (at least the blocks those steps return to the free queue: a block another table
+        holds too only loses a reference). Assumes no copies (``can_append_without_copy``).
+
+        A sequence at ``n`` tokens starts a block at appends ``(-n) % t + 1``, then every
+        ``t``; a sliding kind first drops what it holds before ``first_live(n)``, then one
+        block each time ``n + j - W + 1`` (the first position step ``j``'s query sees)
+        reaches a positive multiple of ``t``."""
+        taken, dropped = [0] * span, [0] * span
+        for seq_id in seq_ids:
+            s = self._seqs[seq_id]
+            n = s.num_tokens
+            for i in self._attention:
+                kind, kt = self.kinds[i], s.kinds[i]
+                t, groups = kind.tokens_per_block, kind.num_groups
+                for j in range((-n) % t, span, t):  # 0-based step: append j + 1 writes n + j
+                    taken[j] += groups
+                if kind.kind != "sliding":
+                    continue
+                dropped[0] += groups * (kind.first_live(n) - kt.first)
+                lead = n - kind.window + 1
+                first = (-lead) % t or t  # the first step j >= 1 with lead + j a multiple of t
+                if lead + first < t:
+                    first = t - lead
+                for j in range(first, span, t):
+                    dropped[j] += groups
+        return taken, dropped
+
+    def admission_need(self, prompt_token_ids: Sequence[int], num_tokens: int) -> tuple[int, set[int]]:
+        """What ``admit(..., prompt_token_ids, ..., num_tokens)`` needs now: the free blocks it
+        would take (new ones, and the free cached blocks of its hit), and the blocks of its
+        hit. While none of those is evicted and no block is registered under a key of the
+        prompt, the hit stays the same, so the need does not fall (a hit block released
+        joins the need and the free blocks alike)."""
+        _, _, plans, new, taken = self._admission(token_bytes(prompt_token_ids), num_tokens)
+        return new + taken, {b for _, blocks in plans for table in blocks for b in table}
+
+    def next_blocks(self, n: int) -> list[int]:
+        """The next ``n`` blocks an allocation takes (whose keys it would evict), head first."""
+        return self.pool.next_blocks(n)
 
     def swap_out(self, seq_id: int) -> None:
         """Not offered: the scheduler recomputes the sequence instead."""

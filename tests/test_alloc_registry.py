@@ -49,8 +49,8 @@ def test_every_registered_manager_has_a_catalog_entry():
 def test_each_catalog_system_declares_its_capabilities(system):
     caps = build(system).capabilities
     assert caps.layout in ("paged", "contiguous", "none")
-    assert caps.bulk_decode in (None, "paged", "contiguous")
-    assert caps.bulk_decode is None or caps.batched_decode
+    assert caps.bulk_decode in (None, "paged", "contiguous", "hybrid")
+    assert caps.bulk_decode in (None, "hybrid") or caps.batched_decode  # (hybrid: append)
 
 
 class ProtocolMachine(RuleBasedStateMachine):

@@ -122,6 +122,9 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     bulk = manager.capabilities.bulk_decode
     if bulk is None:
         return None  # no closed form for this manager: step by step
+    if bulk == "hybrid":  # its steps one by one, without the scheduler
+        from harness.engine.fast_forward_hybrid import hybrid_fast_forward
+        return hybrid_fast_forward(scheduler, executor, recorder, now, arrivals)
     paged = bulk == "paged"
     # NOTE: after a finish the waiting head often fits (then asking first saves the walk
     # over every sequence); otherwise ask once they all decode: a prefilling sequence is
