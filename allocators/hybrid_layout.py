@@ -230,11 +230,6 @@ def common_hit(kinds: Sequence[KindLayout], limit: int,
             return hit
 
 
-def group_key(key: int, group_id: int) -> int:
-    """A block's cache key in one KV cache group (the chain key salted with the group)."""
-    return (key * MUL + group_id + 1) & MASK
-
-
 class GroupPrefixCache:
     """The KV cache groups' prefix cache over one ``BlockPool``: keys salted per group, the
     common hit (memoised until the pool evicts or a block is registered), and
@@ -254,17 +249,21 @@ class GroupPrefixCache:
             prompt = self._prompts[tokens_per_block] = PromptKeys(data, 4 * tokens_per_block)
         return prompt
 
-    def cached(self, kind_index: int, key: int) -> list[int] | None:
-        """The block of ``key`` in every group of the kind, or None if one lacks it."""
-        blocks = self.pool.lookup_many([group_key(key, g) for g in self.kinds[kind_index].group_ids])
-        return None if None in blocks else blocks
+    def salted(self, kind_index: int, keys: list[int]) -> list[list[int]]:
+        """Per group of the kind: the chain keys salted with its id, a block's cache key in
+        that KV cache group (``(key * MUL + group_id + 1) & MASK``, a list per group)."""
+        return [[(key * MUL + salt) & MASK for key in keys]
+                for salt in (g + 1 for g in self.kinds[kind_index].group_ids)]
+
+    def hit_blocks(self, kind_index: int, keys: list[int]) -> list[list[int]]:
+        """Per group of the kind, the blocks of these chain keys (a hit's: cached in all)."""
+        return list(map(self.pool.lookup_many, self.salted(kind_index, keys)))
 
     def cached_flags(self, kind_index: int, keys: list[int]) -> list[bool]:
         """For each chain key: is its block cached in every group of the kind?"""
         lookup, flags = self.pool.lookup_many, None
-        for g in self.kinds[kind_index].group_ids:
-            salt = g + 1  # NOTE: group_key inlined (a list per group, not a call per key)
-            found = [b is not None for b in lookup([(key * MUL + salt) & MASK for key in keys])]
+        for salted in self.salted(kind_index, keys):
+            found = [b is not None for b in lookup(salted)]
             flags = found if flags is None else list(map(and_, flags, found))
         return flags
 
@@ -295,7 +294,7 @@ class GroupPrefixCache:
             keys = chain_keys(kt.last_key, tokens[kt.keyed * t:(kt.keyed + count) * t].tobytes(),
                               0, count, 4 * t)
             start = kt.keyed - kt.first
-            salted = [[group_key(key, g) for key in keys] for g in k.group_ids]
+            salted = self.salted(i, keys)
             free = [all(b is None for b in found)
                     for found in zip(*map(self.pool.lookup_many, salted))] if len(salted) > 1 else None
             for g_keys, table in zip(salted, kt.tables):

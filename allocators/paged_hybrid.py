@@ -193,8 +193,7 @@ class HybridKVCacheManager:
             t = k.tokens_per_block
             first = k.first_live(hit) if t else 0
             keys = self.cache.prompt_keys(data, t).keys(first, hit // t) if t and hit else []
-            blocks = [list(b) for b in zip(*(self.cache.cached(i, key) for key in keys))] or [
-                [] for _ in k.group_ids]
+            blocks = self.cache.hit_blocks(i, keys)
             taken += sum(gather(self.pool.ref_cnt, b).count(0) for b in blocks)
             plans.append((first, blocks))
             new += k.num_groups * (1 if t is None else -(-n // t) - hit // t)
