@@ -295,8 +295,11 @@ class GroupPrefixCache:
                               0, count, 4 * t)
             start = kt.keyed - kt.first
             salted = self.salted(i, keys)
-            free = [all(b is None for b in found)
-                    for found in zip(*map(self.pool.lookup_many, salted))] if len(salted) > 1 else None
+            free = None  # each key's block is registered in every group (or in none, ``free``)
+            if len(salted) > 1:
+                found = list(map(self.pool.lookup_many, salted))  # [groups][count]
+                if any(blocks.count(None) != count for blocks in found):  # a group holds some
+                    free = [all(b is None for b in column) for column in zip(*found)]
             for g_keys, table in zip(salted, kt.tables):
                 blocks = table[start:start + count]
                 if free is not None:
