@@ -230,17 +230,34 @@ def common_hit(kinds: Sequence[KindLayout], limit: int,
             return hit
 
 
+class _HitMemo:
+    """The last prompt's common hit, the blocks it holds, and what keeps them valid."""
+
+    __slots__ = ("data", "hit", "blocks", "held", "chains", "evictions")
+
+    def __init__(self, data: bytes, hit: int, blocks: dict[int, list[list[int]]],
+                 chains: dict[int, set[int]], evictions: int) -> None:
+        self.data, self.hit, self.blocks = data, hit, blocks
+        # NOTE: only evicting one of these (or registering a key of a chain) can change the
+        # hit: every kind's hit at ``hit`` reads exactly these blocks, and ``common_hit``
+        # is the greatest prefix that all kinds serve, which fewer cached blocks elsewhere
+        # cannot raise (kind_hit is monotone in the cached blocks and in its limit)
+        self.held = {b for tables in blocks.values() for table in tables for b in table}
+        self.chains = chains  # attention kind -> the prompt's chain keys (its blocks' keys)
+        self.evictions = evictions  # the pool's num_evictions when last checked
+
+
 class GroupPrefixCache:
     """The KV cache groups' prefix cache over one ``BlockPool``: keys salted per group, the
-    common hit (memoised until the pool evicts or a block is registered), and
-    registration in every group of a kind or in none (a key some group still holds stays
-    that block's), so a hit's blocks across a kind's groups share their ref counts."""
+    common hit (memoised until a block of the hit is evicted or a block gets a key of the
+    prompt), and registration in every group of a kind or in none (a key some group still
+    holds stays that block's), so a hit's blocks across a kind's groups share their ref
+    counts."""
 
     def __init__(self, pool: BlockPool, kinds: Sequence[KindLayout], enabled: bool) -> None:
         self.pool, self.kinds, self.enabled = pool, kinds, enabled
         self._attention = [i for i, k in enumerate(kinds) if k.tokens_per_block is not None]
-        self._registered = 0  # registrations so far: with num_evictions, the memo's validity
-        self._memo: tuple | None = None  # (prompt bytes, pool state, hit tokens)
+        self._memo: _HitMemo | None = None
         self._prompts: dict[int, PromptKeys] = {}  # tokens per block -> the last prompt's chain
 
     def prompt_keys(self, data: bytes, tokens_per_block: int) -> PromptKeys:
@@ -269,17 +286,32 @@ class GroupPrefixCache:
 
     def hit_tokens(self, data: bytes) -> int:
         """The longest prompt prefix every group serves (at most len - 1 tokens)."""
+        return self.hit(data)[0]
+
+    def hit(self, data: bytes) -> tuple[int, dict[int, list[list[int]]]]:
+        """``(hit tokens, blocks)``: the longest prompt prefix every group serves (at most
+        len - 1 tokens) and, per attention kind, each group's blocks of it from the first
+        the next query reads (``first_live``) on (read only). Memoised (``_HitMemo``)."""
         if not self.enabled:
-            return 0
-        state = (self.pool.num_evictions, self._registered)
-        if self._memo is not None and self._memo[1] == state and self._memo[0] == data:
-            return self._memo[2]
+            return 0, {}
+        memo = self._memo
+        if memo is not None and memo.data == data:
+            evictions = self.pool.num_evictions
+            evicted = self.pool.evicted_since(memo.evictions)
+            if evicted is not None and memo.held.isdisjoint(evicted):
+                memo.evictions = evictions
+                return memo.hit, memo.blocks
         limit = len(data) // 4 - 1
         keys = {i: self.prompt_keys(data, self.kinds[i].tokens_per_block).keys(
             0, limit // self.kinds[i].tokens_per_block) for i in self._attention}
         hit = common_hit(self.kinds, limit, lambda i, lo, hi: self.cached_flags(i, keys[i][lo:hi]))
-        self._memo = (data, state, hit)
-        return hit
+        blocks = {}
+        for i in self._attention:
+            kind = self.kinds[i]
+            blocks[i] = self.hit_blocks(i, keys[i][kind.first_live(hit):hit // kind.tokens_per_block])
+        self._memo = _HitMemo(data, hit, blocks, {i: set(chain) for i, chain in keys.items()},
+                              self.pool.num_evictions)
+        return hit, blocks
 
     def register(self, tables: Sequence, tokens: Sequence[int], upto: int) -> None:
         """Key and register the blocks ``upto`` tokens fill in each attention kind's groups;
@@ -307,4 +339,5 @@ class GroupPrefixCache:
                     g_keys = [key for key, ok in zip(g_keys, free) if ok]
                 self.pool.register_many(blocks, g_keys)
             kt.keyed, kt.last_key = kt.keyed + count, keys[-1]
-            self._registered += count
+            if self._memo is not None and not self._memo.chains[i].isdisjoint(keys):
+                self._memo = None  # the prompt's hit may grow

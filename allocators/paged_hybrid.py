@@ -186,14 +186,13 @@ class HybridKVCacheManager:
     def _admission(self, data: bytes, num_tokens: int) -> tuple:
         """(hit tokens, tokens held, per kind (first live block, hit blocks per group), new
         blocks, hit blocks that leave the free queue). Changes nothing."""
-        hit = self.cache.hit_tokens(data)
+        hit, hit_blocks = self.cache.hit(data)
         n = max(num_tokens, hit)
         plans, new, taken = [], 0, 0
         for i, k in enumerate(self.kinds):
             t = k.tokens_per_block
             first = k.first_live(hit) if t else 0
-            keys = self.cache.prompt_keys(data, t).keys(first, hit // t) if t and hit else []
-            blocks = self.cache.hit_blocks(i, keys)
+            blocks = hit_blocks.get(i) or [[] for _ in k.group_ids]
             taken += sum(gather(self.pool.ref_cnt, b).count(0) for b in blocks)
             plans.append((first, blocks))
             new += k.num_groups * (1 if t is None else -(-n // t) - hit // t)
