@@ -90,10 +90,8 @@ def hybrid_fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, n
     taken, dropped = manager.decode_span_events(seq_ids, span)  # [span] each
 
     # The steps, one by one, while the scheduler would run each as a plain decode step.
-    kv_tokens = (_kv_tokens(seqs, generated, span) if keyed
-                 else [[_ONE_TOKEN] * span] * num_seqs)  # [num_seqs] of [span] per step
-    if keyed:  # NOTE: each step's token as its own one-token slice
-        kv_tokens = [[tokens[j:j + 1] for j in range(span)] for tokens in kv_tokens]
+    kv_tokens = _kv_tokens(seqs, generated, span) if keyed else None  # [num_seqs] of [span]
+    step_tokens = [_ONE_TOKEN] * num_seqs  # each one's KV token in a step (its id unread)
     waiting = len(scheduler.waiting)
     if waiting:  # arrivals queue behind the head before each step starts
         num_waiting = [waiting + joined for joined in arrivals.joined_by(clock[:span])]
@@ -102,21 +100,23 @@ def hybrid_fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, n
     pool = manager.pool
     residency = pool.residency
     append, breakdown, record = manager.append, manager.breakdown, recorder.record_step
+    need, hit_blocks = head_need if head_need is not None else (0, set())
     ran = 0
     for j in range(span):
         free = pool.num_free
         if taken[j] > free:
             break  # it may preempt
         if head_need is not None:
-            need, hit_blocks = head_need
             if need <= free - taken[j] + dropped[j]:
                 break  # the head may fit after its appends
             if taken[j] and not hit_blocks.isdisjoint(manager.next_blocks(taken[j])):
                 break  # it evicts a block of the head's hit
         if residency is not None:
             residency.now = clock[j]  # (a step's blocks are taken and dropped at its start)
-        for seq_id, tokens in zip(seq_ids, kv_tokens):
-            if append(seq_id, tokens[j]) is None:  # pragma: no cover - invariant
+        if kv_tokens is not None:
+            step_tokens = [tokens[j:j + 1] for tokens in kv_tokens]
+        for seq_id, tokens in zip(seq_ids, step_tokens):
+            if append(seq_id, tokens) is None:  # pragma: no cover - invariant
                 raise RuntimeError("hybrid fast-forward: append failed after the memory check")
         record(clock[j], durations[j], num_seqs, num_seqs, 0, num_waiting[j], 0, breakdown(blocked))
         ran += 1
