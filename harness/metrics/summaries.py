@@ -83,8 +83,9 @@ class RunRecorder:
         columns.update((name, np.asarray(values, dtype=float)) for name, values in self.extra.items())
         if self.group_blocks:
             if len(self.group_blocks) != len(self.steps["step"]):  # pragma: no cover - invariant
-                raise RuntimeError("group_blocks were recorded for only some steps (fast-forward "
-                                   "writes none: a layer-group manager must not declare bulk_decode)")
+                raise RuntimeError("group_blocks were recorded for only some steps (a closed-form "
+                                   "fast-forward writes none: a layer-group manager may declare "
+                                   "only bulk_decode='hybrid')")
             for i, values in enumerate(zip(*self.group_blocks)):
                 columns[f"layer_group{i}_blocks"] = np.asarray(values)
         return pd.DataFrame(columns, copy=False)  # NOTE: the arrays as they are (no 2-D copy)
