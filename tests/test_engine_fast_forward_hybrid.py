@@ -143,3 +143,45 @@ def test_spans_run_while_the_queue_head_is_refused_for_memory(capacity):
     decode = steps[(steps["num_prefill_tokens"] == 0) & (steps["num_preempted"] == 0)]
     assert (decode["external_fragmentation"] > 0).mean() > 0.3  # the head waits for memory
     assert ran > len(decode) / 2
+
+
+def _chat_requests(seed: int, sessions: int = 10, turns: int = 4, gap: float = 0.002):
+    """Open-loop chat: turn k+1's prompt repeats turn k's prompt and answer (its
+    ``output_token_ids``, keyed as the answer is decoded) and often arrives meanwhile."""
+    from harness.workloads.request import Request
+
+    rng = np.random.default_rng(seed)
+    drafts = []
+    for session in range(sessions):
+        conversation = rng.integers(0, 1 << 29, 20, dtype=np.int32)
+        arrival = session * 0.01
+        for _ in range(turns):
+            answer = rng.integers(0, 1 << 29, int(rng.integers(20, 120)), dtype=np.int32)
+            prompt = conversation.copy()
+            prompt.flags.writeable = answer.flags.writeable = False
+            drafts.append((arrival, prompt, answer))
+            user = rng.integers(0, 1 << 29, int(rng.integers(5, 40)), dtype=np.int32)
+            conversation = np.concatenate([conversation, answer, user])
+            arrival += gap
+    drafts.sort(key=lambda d: d[0])
+    return tuple(Request(i, t, prompt, len(answer), output_token_ids=answer)
+                 for i, (t, prompt, answer) in enumerate(drafts))
+
+
+@pytest.mark.parametrize("capacity", [768, 1536])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_hybrid_fast_forward_on_chat_turns_that_hit_decoded_answers(seed, capacity):
+    """Answers the workload gives are keyed as they decode and become the next turn's
+    prefix hits: registrations and evictions in the step-by-step order."""
+    assert _assert_same_run(_chat_requests(seed), _hybrid(16), SLIDING,
+                            kv_capacity_slots=capacity) > 0
+
+
+@pytest.mark.parametrize("num_samples", [2, 3])
+def test_hybrid_fast_forward_with_parallel_sampling(num_samples):
+    """Forked members share their prompt's partial block until each copies it on write."""
+    rng = np.random.default_rng(num_samples)
+    lengths = [(int(p), int(o)) for p, o in zip(rng.integers(1, 200, 24), rng.integers(1, 200, 24))]
+    for gap in (0.0, 0.05):
+        requests = make_requests(lengths, gap=gap, num_samples=num_samples, seed=num_samples)
+        assert _assert_same_run(requests, _hybrid(16), SLIDING, kv_capacity_slots=2048) > 0
