@@ -123,7 +123,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     if bulk is None:
         return None  # no closed form for this manager: step by step
     if bulk == "hybrid":  # its steps one by one, without the scheduler
-        from harness.engine.fast_forward_hybrid import hybrid_fast_forward
+        from harness.engine.fast_forward_hybrid import hybrid_fast_forward  # (it imports this)
         return hybrid_fast_forward(scheduler, executor, recorder, now, arrivals)
     paged = bulk == "paged"
     # NOTE: after a finish the waiting head often fits (then asking first saves the walk
