@@ -34,9 +34,11 @@ hit's end, the keys the next query reads (vLLM's right-to-left scan in
 from __future__ import annotations
 
 import math
-from operator import and_
 from dataclasses import dataclass
+from operator import and_
 from typing import Callable, Protocol, Sequence
+
+import numpy as np
 
 from pagebench.allocators.block_pool import BlockPool
 from pagebench.allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys
@@ -183,6 +185,10 @@ def build_layout(groups: Sequence[LayerGroup], block_size: int, pool_bytes: int,
                         tuple(kinds))
 
 
+# From this many keys on, ``GroupPrefixCache.salted`` computes in numpy (uint64 wraps mod 2**64,
+# which is MASK)
+SALT_VECTOR_MIN = 32
+
 # Blocks whose cached flags are looked up at once (one salted-key list per group); a full
 # kind's scan reads at most one chunk past its first miss.
 FLAG_CHUNK = 64
@@ -269,8 +275,11 @@ class GroupPrefixCache:
     def salted(self, kind_index: int, keys: list[int]) -> list[list[int]]:
         """Per group of the kind: the chain keys salted with its id, a block's cache key in
         that KV cache group (``(key * MUL + group_id + 1) & MASK``, a list per group)."""
-        return [[(key * MUL + salt) & MASK for key in keys]
-                for salt in (g + 1 for g in self.kinds[kind_index].group_ids)]
+        salts = [g + 1 for g in self.kinds[kind_index].group_ids]
+        if len(keys) < SALT_VECTOR_MIN:
+            return [[(key * MUL + salt) & MASK for key in keys] for salt in salts]
+        mixed = np.array(keys, dtype=np.uint64) * np.uint64(MUL)  # [len(keys)]: wraps mod 2**64
+        return [(mixed + np.uint64(salt)).tolist() for salt in salts]
 
     def hit_blocks(self, kind_index: int, keys: list[int]) -> list[list[int]]:
         """Per group of the kind, the blocks of these chain keys (a hit's: cached in all)."""
