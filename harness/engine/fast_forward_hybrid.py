@@ -8,9 +8,9 @@ depends on which blocks of its prefix hit are still cached. So the span appends 
 token per sequence step by step, in running order, through the manager's own
 ``append`` (every block, key, eviction and residency sample is the step-by-step run's),
 and records each step's breakdown; what it skips is the scheduler: its plan, the
-admission check of the waiting head (a prefix-hit scan of the whole prompt, about 4 ms
-a step on gemma-3-27b longdoc), the executor's pricing of each step (the span is priced
-at once) and the sampling (``decode_synthetic``).
+admission check of the waiting head (its prefix hit and the blocks of it admission would
+take: thousands on gemma-3-27b longdoc), the executor's pricing of each step (the span
+is priced at once) and the sampling (``decode_synthetic``).
 
 A step of the span is run only if, before it, the manager's figures show the scheduler
 would run it as a plain decode step:
