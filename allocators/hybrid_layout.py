@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from operator import and_
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -275,11 +275,15 @@ class GroupPrefixCache:
     def salted(self, kind_index: int, keys: list[int]) -> list[list[int]]:
         """Per group of the kind: the chain keys salted with its id, a block's cache key in
         that KV cache group (``(key * MUL + group_id + 1) & MASK``, a list per group)."""
+        return list(self._salted_each(kind_index, keys))
+
+    def _salted_each(self, kind_index: int, keys: list[int]) -> Iterator[list[int]]:
+        """``salted``, one group at a time."""
         salts = [g + 1 for g in self.kinds[kind_index].group_ids]
         if len(keys) < SALT_VECTOR_MIN:
-            return [[(key * MUL + salt) & MASK for key in keys] for salt in salts]
+            return ([(key * MUL + salt) & MASK for key in keys] for salt in salts)
         mixed = np.array(keys, dtype=np.uint64) * np.uint64(MUL)  # [len(keys)]: wraps mod 2**64
-        return [(mixed + np.uint64(salt)).tolist() for salt in salts]
+        return ((mixed + np.uint64(salt)).tolist() for salt in salts)
 
     def hit_blocks(self, kind_index: int, keys: list[int]) -> list[list[int]]:
         """Per group of the kind, the blocks of these chain keys (a hit's: cached in all)."""
@@ -288,9 +292,11 @@ class GroupPrefixCache:
     def cached_flags(self, kind_index: int, keys: list[int]) -> list[bool]:
         """For each chain key: is its block cached in every group of the kind?"""
         lookup, flags = self.pool.lookup_many, None
-        for salted in self.salted(kind_index, keys):
+        for salted in self._salted_each(kind_index, keys):
             found = [b is not None for b in lookup(salted)]
             flags = found if flags is None else list(map(and_, flags, found))
+            if True not in flags:
+                break  # none is cached in every group (often none in any: the others unread)
         return flags
 
     def hit_tokens(self, data: bytes) -> int:
