@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -79,8 +80,8 @@ class RunRecorder:
 
     def step_table(self) -> pd.DataFrame:
         # NOTE: numpy converts the lists ~10x faster than pandas does
-        columns = {name: np.asarray(self.steps[name]) for name in STEP_COLUMNS}
-        columns.update((name, np.asarray(values, dtype=float)) for name, values in self.extra.items())
+        columns = {name: _column(self.steps[name]) for name in STEP_COLUMNS}
+        columns.update((name, _float_column(values)) for name, values in self.extra.items())
         if self.group_blocks:
             if len(self.group_blocks) != len(self.steps["step"]):  # pragma: no cover - invariant
                 raise RuntimeError("group_blocks were recorded for only some steps (fast-forward "
@@ -92,6 +93,33 @@ class RunRecorder:
     def request_table(self) -> pd.DataFrame:
         return pd.DataFrame(self.requests, columns=list(REQUEST_COLUMNS)).sort_values(
             "request_id", kind="stable").reset_index(drop=True)
+
+
+def _column(values: list) -> np.ndarray:
+    """``np.asarray(values)``, in one pass over the list when it holds Python ints only
+    (a step table's counts).
+
+    NOTE: ``np.asarray`` reads every element twice (its dtype, then its value); the
+    engine's int objects lie scattered in memory by the end of a run, so the single pass
+    of ``array.array`` is about a quarter cheaper. It refuses anything but an int (a float
+    raises, a bool leads and is refused here): those lists take ``np.asarray``'s way.
+    """
+    if values and type(values[0]) is int:
+        try:
+            return np.frombuffer(array("q", values), dtype=np.int64)
+        except (TypeError, OverflowError):
+            pass
+    return np.asarray(values)
+
+
+def _float_column(values) -> np.ndarray:
+    """``np.asarray(values, dtype=float)``, in one pass (``_column``) for a list."""
+    if isinstance(values, list):
+        try:
+            return np.frombuffer(array("d", values), dtype=np.float64)
+        except TypeError:
+            pass
+    return np.asarray(values, dtype=float)
 
 
 def _round(value: float, digits: int = 6) -> float | None:
