@@ -76,3 +76,45 @@ def test_a_streamed_table_is_the_bytes_of_the_whole_table_written_at_once(tmp_pa
     empty = frame.iloc[:0]
     write_table(tmp_path / "empty.csv", empty)
     assert (tmp_path / "empty.csv").read_bytes() == old_write_table_bytes(empty)
+
+
+def phase_columns_row_by_row(rows: list) -> list[list[float]]:
+    """SimExecutor.phase_rows as columns, one value at a time (the definition)."""
+    from harness.engine.cost_operator import PHASES
+
+    columns: list[list[float]] = [[] for _ in PHASES]
+    for row in rows:
+        if len(row) == 2:  # (span, a column of span values per phase)
+            for column, values in zip(columns, row[1]):
+                column.extend(float(v) for v in values)
+        else:  # one executed step: a value per phase
+            for column, value in zip(columns, row):
+                column.append(float(value))
+    return columns
+
+
+def test_phase_columns_are_the_rows_read_one_value_at_a_time():
+    from harness.engine.cost_operator import PHASES
+    from harness.engine.sim_executor import SimExecutor
+
+    rng = np.random.default_rng(1)
+    rows: list = []
+    for i in range(400):
+        if rng.random() < 0.4:  # an executed step (its values as the cost model gives them)
+            rows.append(tuple(float(v) for v in rng.choice([0.0, -0.0, 0.5, rng.random()],
+                                                           len(PHASES))))
+        else:  # a fast-forwarded span: lists, or other sequences (a tuple, an array)
+            span = int(rng.integers(1, 40))
+            columns = [rng.random(span).tolist() for _ in PHASES]
+            if i % 7 == 0:
+                columns[1], columns[2] = tuple(columns[1]), np.array(columns[2])
+            rows.append((span, columns))
+    executor = SimExecutor.__new__(SimExecutor)  # (only the phase rows are read)
+    executor.operator, executor.offload_load = True, None
+    for phase_rows in (rows, rows[:1], rows[-1:], []):
+        executor.phase_rows = phase_rows
+        got = executor.phase_columns()
+        assert list(got) == [f"{name}_s" for name in PHASES]
+        for column, expected in zip(got.values(), phase_columns_row_by_row(phase_rows)):
+            assert column.dtype == np.float64
+            assert column.tobytes() == np.array(expected, dtype=np.float64).tobytes()
