@@ -73,29 +73,31 @@ def broken_token_gaps(ends: np.ndarray, first: np.ndarray, finish_s: np.ndarray,
     """
     # stretches: each request's tokens come in runs of consecutive steps, the run ending
     # at a break's step (its tokens done .. count - 1) or at the finish (the rest)
-    end_s, size = [], []  # [stretches] each
-    tokens = []  # [requests]: how many tokens its stretches hold
+    stretches: list[tuple[float, int]] = []  # (its last step's end, its tokens)
+    per_request = []  # [requests]: how many tokens its stretches hold
     for request_breaks, finish, length in zip(breaks, finish_s.tolist(), lengths.tolist()):
         done = 0
         for start_s, count in request_breaks:
             if count > done:
-                end_s.append(start_s), size.append(count - done)
+                stretches.append((start_s, count - done))
                 done = count
-        end_s.append(finish), size.append(max(length - done, 0))
-        tokens.append(max(length, done))
-    if not tokens:
+        stretches.append((finish, max(length - done, 0)))
+        per_request.append(max(length, done))
+    if not per_request:
         return np.zeros(0)
+    if min(per_request) < 1:
+        raise RuntimeError("a finished request without a token")  # invariant
+    end_s, size = zip(*stretches)
     last = _step_of(ends, np.array(end_s, dtype=float))  # [stretches]
-    size_of = np.array(size, dtype=np.int64)
+    size_of = np.array(size, dtype=np.int64)  # [stretches]
     offsets = np.cumsum(size_of) - size_of  # where each stretch's tokens start
     steps = np.repeat(last - size_of + 1 - offsets, size_of) + np.arange(int(size_of.sum()))
-    tokens = np.array(tokens, dtype=np.int64)
+    tokens = np.array(per_request, dtype=np.int64)  # [requests]
     starts = np.cumsum(tokens) - tokens  # where each request's tokens start in ``steps``
     same = np.ones(len(steps), dtype=bool)  # [tokens]: the token after is the same request's
     same[starts[1:] - 1] = False
     same[-1] = False
-    if (np.any(tokens < 1) or not np.array_equal(steps[starts], first)
-            or np.any(np.diff(steps)[same[:-1]] < 1)):
+    if not np.array_equal(steps[starts], first) or np.any(np.diff(steps)[same[:-1]] < 1):
         raise RuntimeError("token breaks disagree with the first token's step")  # invariant
     token_at = ends[steps]
     return (token_at[1:] - token_at[:-1])[same[:-1]]
