@@ -294,7 +294,8 @@ class SimExecutor:
         # NOTE: every row is a block of [phases, its steps] values (an executed step's tuple
         # is one step's): laid end to end into doubles in one pass (array.fromlist reads a
         # list without a reference per value), then numpy puts each block's values in its
-        # steps' columns. Half the cost of extending seven lists per row and converting them.
+        # steps' columns: a quarter less CPU than extending seven lists per row and
+        # converting them to arrays (Azure conv, 4 systems: 0.34 -> 0.25 s).
         flat = array("d")  # [phases * steps], block after block
         sizes = []  # [rows]: steps per row
         for row in self.phase_rows:
