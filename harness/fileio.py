@@ -5,12 +5,13 @@ run directory (the claims ``harness.run.run_lock`` takes). Imports nothing of th
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 from harness.errors import InputError, OutputError, RunDirectoryBusy
 
@@ -25,9 +26,18 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file,
-    and none into a run directory another run owns now (``check_owner``). An
-    ``OSError`` (disk full, read-only) becomes an ``OutputError`` naming the path."""
+    """Write ``data`` to ``path`` via a temporary file and rename (``atomic_open``)."""
+    with atomic_open(path) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path) -> Iterator[BinaryIO]:
+    """A binary file for ``path``'s new contents: a temporary file beside it, renamed to
+    ``path`` when the block ends without an error and removed otherwise; so never a
+    half-written file, and none into a run directory another run owns now
+    (``check_owner``). An ``OSError`` (disk full, read-only) becomes an ``OutputError``
+    naming the path."""
     path = Path(path)
     tmp = None
     try:
@@ -35,7 +45,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         os.chmod(tmp, FILE_MODE)  # mkstemp makes it 0600: give it a plain file's mode
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
         check_owner(path.parent)
         os.replace(tmp, path)
     except BaseException as exc:

@@ -36,6 +36,43 @@ def test_disk_full_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"] and target.read_text() == "old"
 
 
+def test_disk_full_while_a_table_streams_leaves_the_old_file_and_no_temporary(tmp_path,
+                                                                             monkeypatch):
+    """write_table writes as pyarrow formats: a write that fails part way is the same one
+    line, and the earlier table stays whole."""
+    import pandas as pd
+
+    from harness.run.results import write_table
+
+    target = tmp_path / "steps_paged.csv"
+    target.write_text("old")
+    real_fdopen = os.fdopen
+
+    class FullDisk:  # takes 64 KiB, then the disk is full
+        def __init__(self, fd, mode):
+            self.file, self.written = real_fdopen(fd, mode), 0
+
+        def write(self, data):
+            self.written += len(data)
+            if self.written > 1 << 16:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.file.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+    monkeypatch.setattr("harness.fileio.os.fdopen", FullDisk)
+    with pytest.raises(OutputError, match=rf"^{target}: cannot write it: no space left"):
+        write_table(target, pd.DataFrame({"step": range(100_000), "time_s": 0.5}))
+    assert [p.name for p in tmp_path.iterdir()] == [target.name] and target.read_text() == "old"
+
+
 # python -m harness with one OSError injected where a run writes (root ignores chmod, so a
 # read-only directory is simulated too)
 INJECT = textwrap.dedent("""

@@ -211,3 +211,56 @@ def test_the_summary_counts_step_gaps_as_the_token_gaps_they_stand_for(overrides
     assert np.array_equal(np.sort(np.repeat(gaps, counts)), np.sort(written))
     for percentiles in ([50, 90, 99], [1, 37.5, 99.9, 100]):
         assert _stats_ms("itl", gaps, percentiles, counts) == _stats_ms("itl", written, percentiles)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(kv_capacity_slots=512),                                     # recompute preemptions
+    dict(kv_capacity_slots=512, preemption="swap"),                  # swaps
+    dict(chunked_prefill=True, max_num_batched_tokens=40, max_num_seqs=64,
+         kv_capacity_slots=512),                                     # budget waits, preemptions
+])
+def test_broken_requests_gaps_in_one_pass_are_token_steps_request_by_request(overrides):
+    """broken_token_gaps (every broken request at once) gives, value for value and in
+    order, what np.diff of each request's token_steps gives."""
+    from harness.metrics.latency import _step_of, broken_token_gaps, token_steps
+
+    requests = make_requests([(60 + 7 * i, 20 + 3 * i) for i in range(12)], gap=0.002)
+    result = run_engine_on(requests, paged(16), engine_spec(fast_forward=False, **overrides))
+    steps, reqs = result.recorder.step_table(), result.recorder.request_table()
+    breaks = result.recorder.token_breaks
+    ends = steps["time_s"].to_numpy() + steps["duration_s"].to_numpy()
+    done = reqs[reqs["request_id"].isin(list(breaks))]
+    assert len(done) > 1  # several broken requests (else the one pass tests little)
+    first_s, finish_s = done["first_token_s"].to_numpy(), done["finish_s"].to_numpy()
+    lengths = done["output_len"].to_numpy()
+    ids = done["request_id"].tolist()
+    one_by_one = np.concatenate([
+        np.diff(ends[token_steps(ends, first_s[i], finish_s[i], int(lengths[i]), breaks[rid])])
+        for i, rid in enumerate(ids)])
+    at_once = broken_token_gaps(ends, _step_of(ends, first_s), finish_s, lengths,
+                                [breaks[rid] for rid in ids])
+    assert at_once.tolist() == one_by_one.tolist()
+
+
+def test_broken_requests_gaps_with_a_one_token_request_and_a_break_at_the_end():
+    # STEPS ends at 0.5, 1.5, 2.5, 4.5, 5.0, 6.0; request A: 1 token at step 0 (no gap);
+    # B: tokens at steps 0, 1, then a break that produced both (a last stretch of none);
+    # C: tokens at steps 1, 2, broken at step 3, then steps 4, 5
+    from harness.metrics.latency import broken_token_gaps
+
+    ends = (STEPS["time_s"] + STEPS["duration_s"]).to_numpy()
+    gaps = broken_token_gaps(ends, np.array([0, 0, 1]), np.array([0.5, 1.5, 6.0]),
+                             np.array([1, 2, 4]), [[(0.5, 1)], [(1.5, 2)], [(2.5, 2)]])
+    assert gaps.tolist() == [1.0, 1.0, 2.5, 1.0]
+    with pytest.raises(RuntimeError):  # the first token is not at step 1
+        broken_token_gaps(ends, np.array([1]), np.array([1.5]), np.array([2]), [[(1.5, 2)]])
+
+
+def test_the_summary_sorts_gaps_as_numpy_stable_argsort_does():
+    from harness.metrics.latency import _stable_argsort
+
+    rng = np.random.default_rng(0)
+    for values in (rng.integers(0, 50, 10_000) / 8.0,   # many ties
+                   rng.random(1_000), np.array([0.0, -0.0, 0.0, 1.0, -0.0]), np.zeros(1),
+                   np.zeros(0)):
+        assert _stable_argsort(values).tolist() == np.argsort(values, kind="stable").tolist()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from array import array
 from typing import NamedTuple
 
 import numpy as np
@@ -284,28 +285,39 @@ class SimExecutor:
             for kv_read in range(sum_positions, sum_positions + num_seqs * span, num_seqs):
                 self._tally(num_seqs, (kv_read + num_seqs) / num_seqs)
 
-    def phase_columns(self) -> dict[str, list[float]]:
-        """Each phase's seconds per step (``<phase>_s``), in step order, none for the roofline;
-        then ``offload_load_s`` with an offload tier (either model)."""
+    def phase_columns(self) -> dict[str, np.ndarray | list[float]]:
+        """Each phase's seconds per step (``<phase>_s``: [steps] float64), in step order,
+        none for the roofline; then ``offload_load_s`` with an offload tier (either model)."""
         loads = {"offload_load_s": self.load_column} if self.offload_load is not None else {}
         if not self.operator:
             return loads
-        columns: list[list[float]] = [[] for _ in PHASES]
-        steps: list[tuple[float, ...]] = []  # executed steps since the last span
+        # NOTE: every row is a block of [phases, its steps] values (an executed step's tuple
+        # is one step's): laid end to end into doubles in one pass (array.fromlist reads a
+        # list without a reference per value), then numpy puts each block's values in its
+        # steps' columns: a quarter less CPU than extending seven lists per row and
+        # converting them to arrays (Azure conv, 4 systems: 0.34 -> 0.25 s).
+        flat = array("d")  # [phases * steps], block after block
+        sizes = []  # [rows]: steps per row
         for row in self.phase_rows:
             if len(row) != 2:  # one step (7 phases)
-                steps.append(row)
+                flat.extend(row)
+                sizes.append(1)
                 continue
-            if steps:  # NOTE: zip(*steps) transposes a run of steps in C
-                for column, values in zip(columns, zip(*steps)):
-                    column.extend(values)
-                steps = []
-            for column, values in zip(columns, row[1]):
-                column.extend(values)
-        if steps:
-            for column, values in zip(columns, zip(*steps)):
-                column.extend(values)
-        return {**{f"{name}_s": column for name, column in zip(PHASES, columns)}, **loads}
+            sizes.append(row[0])
+            for column in row[1]:
+                try:
+                    flat.fromlist(column)
+                except TypeError:  # (not a list)
+                    flat.extend(column)
+        size = np.array(sizes, dtype=np.int64)  # [rows]
+        steps = int(size.sum())
+        start = np.cumsum(size) - size  # [rows]: a row's first step, its block at 7 x that
+        # step j of a row starting at step p: phase c at 7 p + c size + (j - p)
+        step_size = np.repeat(size, size)  # [steps]
+        first = np.arange(steps) + (len(PHASES) - 1) * np.repeat(start, size)  # [steps]
+        index = first + np.arange(len(PHASES))[:, None] * step_size  # [phases, steps]
+        values = np.frombuffer(flat, dtype=np.float64)[index] if steps else np.zeros(index.shape)
+        return {**{f"{name}_s": column for name, column in zip(PHASES, values)}, **loads}
 
     def cost_report(self) -> dict:
         """For results.json: the cost model, its profiles and (operator model, a measured

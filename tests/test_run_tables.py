@@ -1,0 +1,135 @@
+"""The run's step and request tables and their CSV files (harness.metrics.summaries,
+harness.run.results): the fast conversions give what the general ones give, exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.metrics.summaries import _column, _float_column
+from harness.run.results import write_table
+
+BIG = 2 ** 63
+
+
+@pytest.mark.parametrize("values", [
+    [0, 1, 2, 10 ** 12, -5],            # the step table's counts: one pass
+    [3, 1.5, 2],                        # a float among ints: float64
+    [3, 2.0],                           # an integral float too
+    [True, False, True],                # bools: numpy's bool dtype
+    [1, True, 0],                       # a bool after an int: int64
+    [np.int64(4), 5],                   # numpy ints
+    [5, np.int64(4)],
+    [np.int32(4), np.int32(5)],         # int32 stays int32
+    [1, BIG],                           # past int64
+    [1, None],                          # None: object
+    [],                                 # empty: float64
+    [0.0, 0.5, 2, True, -0.0, float("nan")],  # the times: float64 (ints and a bool too)
+    [0.5, 10 ** 400],                   # an int past a double: object
+    [0.5, None], [0.5, "x"],            # object, a string dtype
+    [0.5, np.float32(0.1)],
+])
+def test_a_step_column_is_what_np_asarray_makes_of_it(values):
+    fast, general = _column(values), np.asarray(values)
+    assert fast.dtype == general.dtype
+    if fast.dtype.kind in "if":  # bit for bit: -0.0 and NaN too
+        assert fast.tobytes() == general.tobytes()
+    else:
+        assert fast.tolist() == general.tolist()
+
+
+@pytest.mark.parametrize("values", [
+    [0.1, 0.0, -0.0, 1e-300, 5e-324, 1e308, float("inf"), float("nan")],
+    [1, 2.5, 2 ** 53 + 1, True],        # ints and a bool become floats (rounded alike)
+    [np.float64(0.25), np.float32(0.1)],
+    [0.5, None],                        # None: NaN
+    ["0.5", 1.0],                       # numpy parses a string
+    [0.5, 10 ** 400],                   # past a double: an OverflowError either way
+    [],
+    np.array([0.5, 1.5]),               # already an array
+])
+def test_a_phase_column_is_what_np_asarray_as_float_makes_of_it(values):
+    try:
+        general = np.asarray(values, dtype=float)
+    except OverflowError:  # numpy refuses it: so does the fast way
+        with pytest.raises(OverflowError):
+            _float_column(values)
+        return
+    fast = _float_column(values)
+    assert fast.dtype == general.dtype
+    assert fast.tobytes() == general.tobytes()  # bit for bit: -0.0 and NaN too
+
+
+EDGE_FLOATS = [0.0, -0.0, 1.0, -1.5, 0.1, 1 / 3, 2 / 3 * 1e-7, 1e-6, 9.999999e-7, 1.5e-7,
+               123456789.125, 1e15, 1e16, 1.2345678901234567e20, 1e21, 1e22, 5e-324,
+               2.2250738585072014e-308, 1.7976931348623157e308, float("inf"), float("-inf"),
+               float("nan"), 2 ** 53, 2 ** 53 + 2.0, 0.054036794190934885,
+               7.0308974987739085e-06]
+
+
+def old_write_table_bytes(frame: pd.DataFrame) -> bytes:
+    """How write_table made its bytes before it streamed: a whole CSV in memory."""
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+
+    sink = pa.BufferOutputStream()
+    pa_csv.write_csv(pa.Table.from_pandas(frame, preserve_index=False), sink)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_streamed_table_is_the_bytes_of_the_whole_table_written_at_once(tmp_path):
+    rows = 5000  # several of pyarrow's batches
+    floats = np.resize(np.array(EDGE_FLOATS), rows)
+    frame = pd.DataFrame({
+        "step": np.arange(rows), "time_s": floats, "duration_s": floats[::-1].copy(),
+        "name": [f'r"{i},\n' if i % 7 == 0 else f"r{i}" for i in range(rows)],
+        "first_token_s": np.where(np.arange(rows) % 5 == 0, np.nan, 0.5),
+        "status": "finished"})
+    write_table(tmp_path / "t.csv", frame)
+    assert (tmp_path / "t.csv").read_bytes() == old_write_table_bytes(frame)
+    empty = frame.iloc[:0]
+    write_table(tmp_path / "empty.csv", empty)
+    assert (tmp_path / "empty.csv").read_bytes() == old_write_table_bytes(empty)
+
+
+def phase_columns_row_by_row(rows: list) -> list[list[float]]:
+    """SimExecutor.phase_rows as columns, one value at a time (the definition)."""
+    from harness.engine.cost_operator import PHASES
+
+    columns: list[list[float]] = [[] for _ in PHASES]
+    for row in rows:
+        if len(row) == 2:  # (span, a column of span values per phase)
+            for column, values in zip(columns, row[1]):
+                column.extend(float(v) for v in values)
+        else:  # one executed step: a value per phase
+            for column, value in zip(columns, row):
+                column.append(float(value))
+    return columns
+
+
+def test_phase_columns_are_the_rows_read_one_value_at_a_time():
+    from harness.engine.cost_operator import PHASES
+    from harness.engine.sim_executor import SimExecutor
+
+    rng = np.random.default_rng(1)
+    rows: list = []
+    for i in range(400):
+        if rng.random() < 0.4:  # an executed step (its values as the cost model gives them)
+            rows.append(tuple(float(v) for v in rng.choice([0.0, -0.0, 0.5, rng.random()],
+                                                           len(PHASES))))
+        else:  # a fast-forwarded span: lists, or other sequences (a tuple, an array)
+            span = int(rng.integers(1, 40))
+            columns = [rng.random(span).tolist() for _ in PHASES]
+            if i % 7 == 0:
+                columns[1], columns[2] = tuple(columns[1]), np.array(columns[2])
+            rows.append((span, columns))
+    executor = SimExecutor.__new__(SimExecutor)  # (only the phase rows are read)
+    executor.operator, executor.offload_load = True, None
+    for phase_rows in (rows, rows[:1], rows[-1:], []):
+        executor.phase_rows = phase_rows
+        got = executor.phase_columns()
+        assert list(got) == [f"{name}_s" for name in PHASES]
+        for column, expected in zip(got.values(), phase_columns_row_by_row(phase_rows)):
+            assert column.dtype == np.float64
+            assert column.tobytes() == np.array(expected, dtype=np.float64).tobytes()
