@@ -49,7 +49,7 @@ PHASES = ("linear", "attention_prefill", "attention_decode", "kv_write", "copy",
 HOST_LINK_GBPS = 25.0
 # Longer spans of a kernel profile flat in batch and context are priced on numpy arrays
 # (IEEE doubles, the same operations in the same order as ``phases``: the same bits).
-SCALAR_SPAN = 24
+SCALAR_SPAN = 64
 
 
 def kernel_profile_name(hardware: HardwareSpec, cost: CostSpec) -> str:
@@ -157,27 +157,29 @@ class OperatorCostModel:
             rows = self.decode_phases(sum_positions, num_seqs, span)
             return [step_seconds(row) for row in rows], [list(c) for c in zip(*rows)]
         # NOTE: a flat profile: only the decode term varies along the span; every other
-        # phase is ``phases``' value for these integers, summed in ``step_seconds``' order
+        # phase is ``phases``' value for these integers. Prefill, copy and swap are 0.0 (0
+        # times a finite constant), and adding 0.0 to a positive float leaves it as it is:
+        # ``step_seconds``' sum in its order is then ((linear + decode) + write) + host.
         linear = num_seqs * self.token_s
         if linear < self.weights_s:
             linear = self.weights_s
         if self.allreduce is not None:  # as in ``phases``
             linear += self.allreduce.seconds(num_seqs)
-        prefill, write = 0 * self.prefill_pair_s, num_seqs * self.write_slot_s
-        copy, swap = 0 * self.copy_slot_s, 0 * self.swap_slot_s
+        write = num_seqs * self.write_slot_s
         host = self.host_step_s + self.host_seq_s * num_seqs
+        first = sum_positions + num_seqs  # step i's (query, context) pairs: first + num_seqs * i
         if span <= SCALAR_SPAN:  # Python floats: numpy's per-call cost outweighs the work
-            end = sum_positions + num_seqs * span
-            decode = [(kv_read + num_seqs) * per_slot
-                      for kv_read in range(sum_positions, end, num_seqs)]
-            seconds = [linear + prefill + d + write + copy + swap + host for d in decode]
-        else:
-            kv_read = (sum_positions + num_seqs * np.arange(span, dtype=np.int64)).astype(np.float64)
-            decode_array = (kv_read + num_seqs) * per_slot  # [span]; pairs = kv_read + num_seqs
-            seconds = (linear + prefill + decode_array + write + copy + swap + host).tolist()
+            decode = [pairs * per_slot
+                      for pairs in range(first, first + num_seqs * span, num_seqs)]
+            seconds = [linear + d + write + host for d in decode]
+        else:  # [span] float64 (the pairs are below 2**53: exact as floats)
+            decode_array = (first + num_seqs * np.arange(span, dtype=np.int64)).astype(np.float64)
+            decode_array *= per_slot
+            seconds = (linear + decode_array + write + host).tolist()
             decode = decode_array.tolist()
-        return seconds, [[linear] * span, [prefill] * span, decode, [write] * span,
-                         [copy] * span, [swap] * span, [host] * span]
+        zeros = [0.0] * span
+        return seconds, [[linear] * span, zeros, decode, [write] * span, zeros, zeros,
+                         [host] * span]
 
     def range_report(self) -> dict | None:
         """The decode steps priced beyond the kernel profile's measured range, or None when
