@@ -142,12 +142,14 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     memory_blocked = scheduler.admission_while_decoding(freed_memory) if freed_memory else False
     if memory_blocked is None:
         return None  # the next step may admit
-    seqs: list[Sequence] = []
-    seq_ids: list[int] = []
-    generated: list[int] = []  # tokens each has generated
-    computed: list[int] = []  # = its KV slots written
-    remaining_list: list[int] = []  # tokens left to generate
+    seqs: list[Sequence] = []  # [num_seqs] the running sequences, in running order
+    generated: list[int] = []  # [num_seqs] tokens each has generated
+    computed: list[int] = []  # [num_seqs] = its KV slots written
+    remaining_list: list[int] = []  # [num_seqs] tokens left to generate
     workload_tokens: list[int] = []  # which ones generate tokens the workload gives
+    # (bound once: the loop runs once per running sequence)
+    add_seq, add_generated = seqs.append, generated.append
+    add_computed, add_remaining = computed.append, remaining_list.append
     for group in scheduler.running:
         if group.request.beam_width > 1:
             return None  # beams are re-selected every step
@@ -158,11 +160,10 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
                 return None  # still prefilling (or has not sampled its first token)
             if seq.synthetic_offset < 0:
                 workload_tokens.append(len(seqs))
-            seqs.append(seq)
-            seq_ids.append(seq.seq_id)
-            generated.append(g)
-            computed.append(c)
-            remaining_list.append(seq.output_len - g)
+            add_seq(seq)
+            add_generated(g)
+            add_computed(c)
+            add_remaining(seq.output_len - g)
     num_seqs = len(seqs)
     if not freed_memory:
         memory_blocked = scheduler.admission_while_decoding(freed_memory)
@@ -173,7 +174,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
             return None  # a shared partial block must be copied first
     if paged:  # the first step's new blocks (a sequence whose KV fills whole blocks)
         bs = manager.block_size
-        if sum(1 for c in computed if c % bs == 0) > manager.num_free_blocks:
+        if [c % bs for c in computed].count(0) > manager.num_free_blocks:
             return None  # the next step preempts
     first_finish = min(remaining_list)
     span = min(first_finish, MAX_SPAN)
@@ -278,7 +279,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         timed = residency is not None and taken[-1] > 0  # (no block taken: no time to give)
         if timed:  # the blocks' times, as the step-by-step run takes them
             residency.span(*_allocation_times(_written(computed, span), bs, starts))
-        if manager.append_batch(seq_ids, kv_tokens, []) < num_seqs:
+        if manager.append_batch([seq.seq_id for seq in seqs], kv_tokens, []) < num_seqs:
             # NOTE: every new key is unique: the order of the appends does not matter
             raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
         if residency is not None:
@@ -413,8 +414,11 @@ def _paged_span_events(computed: list[int], remaining: list[int], bs: int, span:
     reserved = [-len(computed)] * span
     rounding = [0] * span
     for c, left in zip(computed, remaining):
+        first = (-c) % bs  # 0-based step: append j + 1 writes position c + j
+        if first >= span:
+            continue  # (most sequences: a span is shorter than a block)
         final = c + left
-        for j in range((-c) % bs, span, bs):  # 0-based step: append j + 1 writes position c + j
+        for j in range(first, span, bs):
             target = final - c - j
             if target > bs:
                 target = bs

@@ -154,10 +154,10 @@ class Scheduler:
         add_token, add_start = tokens.append, starts.append
         prompt_ends = 0  # sequences whose one token is their prompt's last (nothing generated)
         for group in self.running[index:index + self._budget]:
-            group_seqs = group.seqs
-            if len(group_seqs) != 1:
+            try:
+                (seq,) = group.seqs  # NOTE: a multi-sequence group raises (no len() per group)
+            except ValueError:
                 break
-            seq = group_seqs[0]
             generated = seq.generated
             start = seq.num_computed
             if start != seq.prompt_len + len(generated) - 1:

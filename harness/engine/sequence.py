@@ -162,7 +162,9 @@ def decode_synthetic(seqs: list[Sequence], firsts: list[int], count: int,
                 keep(kv_span(generated[-1], tokens))
             generated.extend(tokens)
         else:
-            if keep is not None:
-                keep(kv_span(generated[-1], range(base + start, base + start + count)))
+            if keep is not None:  # kv_span, inlined: the last token is start - 1 (no wrap)
+                last = generated[-1]
+                keep(range(last, last + count) if last == base + start - 1
+                     else [last, *range(base + start, base + start + count - 1)])
             generated.frombytes(((base + start) * ones + steps).to_bytes(width, order))
         seq.num_computed += count
