@@ -183,3 +183,24 @@ def test_decode_synthetic_appends_the_synthetic_tokens(count):
     assert [expect[6:6 + count] for expect in expected] == spans
     assert [seq.num_computed for seq in seqs] == [count] * len(seqs)
     assert all(seq.generated.typecode == "q" for seq in seqs)
+
+
+def test_arrivals_joined_by_counts_the_requests_that_joined_before_each_step():
+    """Each step's count of joined requests (rejected ones left out) equals a direct count
+    of the requests that arrived by its start: steps with none, several or one arrival
+    between them, arrivals exactly at a start, and none left after the span."""
+    from harness.engine.fast_forward import Arrivals
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        times = np.sort(rng.choice([0.5, 1.0, 2.0, 3.5], 12) * rng.integers(0, 4, 12)).tolist()
+        reasons = [None if keep else "rejected" for keep in rng.random(12) < 0.7]
+        arrivals = Arrivals.of([Request(i, t, np.arange(2, dtype=np.int32), 1)
+                                for i, t in enumerate(times)], reasons)
+        arrivals.next = int(rng.integers(0, 13))
+        # step starts between, before, after and exactly at arrival times
+        pool = times + [t + 0.25 for t in times] + [-1.0, 20.0]
+        starts = sorted(set(rng.choice(pool, int(rng.integers(1, 10))).tolist()))
+        expected = [sum(1 for i in range(arrivals.next, len(times))
+                        if times[i] <= start and reasons[i] is None) for start in starts]
+        assert arrivals.joined_by(starts) == expected

@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import random
 from array import array
+from bisect import insort_right
 from collections import deque
+from operator import attrgetter
 
 from pagebench.allocators.base import KVCacheManager
 from harness.config.specs import EngineSpec
 from harness.engine.plan import ScheduledChunk, StepPlan
 from harness.engine.sequence import SYNTHETIC_TOKEN_BASE, Sequence, SequenceGroup
+
+_ORDER = attrgetter("order")  # the bisection's key, read in C
 
 
 class Scheduler:
@@ -86,14 +90,8 @@ class Scheduler:
         return seq
 
     def _insert_running(self, group: SequenceGroup) -> None:
-        lo, hi = 0, len(self.running)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.running[mid].order <= group.order:
-                lo = mid + 1
-            else:
-                hi = mid
-        self.running.insert(lo, group)
+        """Insert ``group`` into ``running`` by ``SequenceGroup.order``, after its equals."""
+        insort_right(self.running, group, key=_ORDER)
 
     # --------------------------------------------------------------- schedule
     def schedule(self) -> StepPlan:

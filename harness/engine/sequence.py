@@ -96,11 +96,12 @@ class Sequence:
 class SequenceGroup:
     """A request in flight: one sequence, or several for parallel sampling / beams."""
 
-    __slots__ = ("request", "width", "seqs", "first_token_time", "finish_time",
+    __slots__ = ("request", "order", "width", "seqs", "first_token_time", "finish_time",
                  "num_preemptions", "num_swaps", "cached_tokens", "next_lineage", "token_breaks")
 
     def __init__(self, request: Request) -> None:
         self.request = request
+        self.order = request.request_id  # priority: lower = earlier arrival = preempted last
         # sequences the group runs with once prefilled (a constant the scheduler reads often)
         self.width = max(request.num_samples, request.beam_width)
         self.seqs: list[Sequence] = []
@@ -116,11 +117,6 @@ class SequenceGroup:
         # last) its tokens came one per step, in consecutive steps: with the step table
         # they give every token's time (harness.metrics.latency.inter_token_latencies).
         self.token_breaks: list[tuple[float, int]] | None = None
-
-    @property
-    def order(self) -> int:
-        """Priority: lower = earlier arrival = preempted last."""
-        return self.request.request_id
 
 
 def kv_span(last: int, tokens: SequenceOf[int]) -> SequenceOf[int]:
