@@ -38,7 +38,7 @@ class Sequence:
                  generated: array | None = None) -> None:
         request = group.request
         self.seq_id = seq_id
-        self.group = group
+        self.group = group  # None once the group finished (the engine cuts the cycle)
         self.lineage = lineage  # which sample / beam of its request this is
         self.prompt: np.ndarray = request.prompt_token_ids  # [prompt_len] int32
         # int64 ids: cheap to extend by a range and to hash (its bytes are the digest's)
