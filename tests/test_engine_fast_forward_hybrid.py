@@ -12,7 +12,7 @@ import pytest
 from engine_helpers import HARDWARE, engine_spec, make_requests
 from harness.config.specs import CostSpec, ModelSpec, SystemSpec
 from harness.config.systems import build_manager
-from harness.engine import fast_forward_hybrid
+from harness.engine import fast_forward
 from harness.engine.engine import run_engine
 from harness.engine.executors import make_executor
 from harness.engine.scheduler import Scheduler
@@ -55,12 +55,12 @@ def _run(requests, system: SystemSpec, model: ModelSpec, **spec):
         spans.append(len(recorder.steps["step"]) - first)
         return advance
 
-    hybrid_fast_forward = fast_forward_hybrid.hybrid_fast_forward
-    fast_forward_hybrid.hybrid_fast_forward = counted
+    hybrid_fast_forward = fast_forward.hybrid_fast_forward  # (the name fast_forward calls)
+    fast_forward.hybrid_fast_forward = counted
     try:
         result = run_engine(requests, Scheduler(manager, spec), executor, spec, max_model_len=4096)
     finally:
-        fast_forward_hybrid.hybrid_fast_forward = hybrid_fast_forward
+        fast_forward.hybrid_fast_forward = hybrid_fast_forward
     if hasattr(executor, "phase_columns"):
         result.recorder.add_columns(executor.phase_columns())
     return result, manager, sum(spans)

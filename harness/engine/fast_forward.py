@@ -26,78 +26,20 @@ a sequence's new blocks together, but no figure depends on which ids they are).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
 from itertools import accumulate
 
 import numpy as np
 
 from pagebench.allocators.base import PagedBulkDecode
+from harness.engine.fast_forward_hybrid import hybrid_fast_forward
 from harness.engine.plan import StepPlan
 from harness.engine.scheduler import Scheduler
 from harness.engine.sequence import Sequence, SequenceGroup, decode_synthetic, kv_span
+from harness.engine.spans import MAX_SPAN, PRICE_WINDOW, Advance, Arrivals
 from harness.metrics.summaries import RunRecorder
 
 # Shorter spans run step by step (1: even one bulk step costs less than a scheduled one).
 MIN_SPAN = 1
-MAX_SPAN = 4096
-PRICE_WINDOW = 64  # steps priced before looking further for the next arrival
-
-
-@dataclass
-class Arrivals:
-    """The requests yet to arrive, as fast-forward needs them.
-
-    NOTE: plain lists: spans are short, and a few Python steps over them cost less
-    than numpy's per-call overhead.
-    """
-
-    times: list[float]  # [num_requests] arrival times, ascending
-    joins: list[int]  # [num_requests + 1]: requests among the first i that are not rejected
-    next: int = 0  # the first request that has not arrived
-
-    @classmethod
-    def of(cls, requests, reasons: list[str | None]) -> "Arrivals":
-        """From the run's requests and each one's rejection reason (None: it joins the queue)."""
-        times = [float(r.arrival_time) for r in requests]
-        joins = list(accumulate((reason is None for reason in reasons), initial=0))
-        return cls(times, joins)
-
-    @property
-    def next_time(self) -> float | None:
-        return self.times[self.next] if self.next < len(self.times) else None
-
-    def joined_by(self, starts: list[float]) -> list[int]:
-        """[len(starts)]: requests that join the waiting queue before a step starting at each
-        time (``starts`` ascending; the engine takes arrivals at or before a step's start).
-
-        NOTE: a span's steps outnumber its arrivals many times over, so the counts are
-        filled run by run, between the steps that see a new arrival (found by bisection).
-        """
-        times, joins, first = self.times, self.joins, self.next
-        end, span = len(times), len(starts)
-        base = joins[first]
-        counts: list[int] = []
-        step = 0  # the first step without a count
-        arrived = bisect_right(times, starts[0], first)  # requests arrived by that step's start
-        while arrived < end:
-            # steps before the first that starts at or after the next arrival see no new one
-            upto = bisect_left(starts, times[arrived], step)
-            if upto == span:
-                break
-            counts += [joins[arrived] - base] * (upto - step)
-            step = upto
-            arrived = bisect_right(times, starts[step], arrived)
-        counts += [joins[arrived] - base] * (span - step)
-        return counts
-
-
-@dataclass
-class Advance:
-    """What one ``fast_forward`` call did."""
-
-    now: float  # the clock after the last step of the span
-    finished: list[SequenceGroup]  # groups that finished in the last step, in running order
-    may_continue: bool  # the span ended only because requests finished: try another
 
 
 def plan_allows_fast_forward(plan: StepPlan, scheduler: Scheduler) -> bool:
@@ -133,7 +75,6 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     if bulk is None:
         return None  # no closed form for this manager: step by step
     if bulk == "hybrid":  # its steps one by one, without the scheduler
-        from harness.engine.fast_forward_hybrid import hybrid_fast_forward  # (it imports this)
         return hybrid_fast_forward(scheduler, executor, recorder, now, arrivals)
     paged = bulk == "paged"
     # NOTE: after a finish the waiting head often fits (then asking first saves the walk

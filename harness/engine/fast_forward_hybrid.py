@@ -37,9 +37,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import accumulate
 
-from harness.engine.fast_forward import MAX_SPAN, PRICE_WINDOW, Advance, Arrivals
 from harness.engine.scheduler import Scheduler
 from harness.engine.sequence import Sequence, SequenceGroup, decode_synthetic, kv_span
+from harness.engine.spans import MAX_SPAN, PRICE_WINDOW, Advance, Arrivals
 from harness.metrics.summaries import RunRecorder
 
 _ONE_TOKEN = (0,)  # a step's KV token when no prefix cache reads its id
