@@ -295,6 +295,10 @@ class BlockPool:
         """``[lookup(key) for key in keys]`` in one call."""
         return list(map(self._cached.get, keys))
 
+    def holds_any(self, keys: Iterable[int]) -> bool:
+        """Whether some block (allocated or free-but-cached) is registered under one of ``keys``."""
+        return not self._cached.keys().isdisjoint(keys)
+
     def register(self, b: int, key: int) -> bool:
         """Register allocated full block ``b`` under ``key``; False if the key is taken.
 
