@@ -28,7 +28,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-_BULK_MIN = 32  # from this many blocks on, ``released`` works on them at once (numpy)
+_BULK_MIN = 256  # from this many blocks on, ``released`` works on them at once (numpy)
 
 
 class ResidencyLog:
