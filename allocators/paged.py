@@ -46,6 +46,9 @@ from pagebench.allocators.offload_tier import OffloadTiers
 from pagebench.allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys, extend_tokens, token_bytes
 
 
+_PROMPT_MEMO = 64  # read-only prompts whose chains _prompt keeps (see there)
+
+
 class _Seq:
     __slots__ = ("table", "num_tokens", "final_len", "prompt_len", "keys", "tail", "cpu_blocks",
                  "room", "known")
@@ -125,7 +128,8 @@ class PagedKVCacheManager:
         self._logical = 0  # tokens written, summed over device-resident sequences
         self._key_bytes = 4 * block_size
         self._last_prompt: PromptKeys | None = None  # see _prompt
-        self._last_ids: np.ndarray | None = None  # the read-only ids it was asked for last
+        # id of read-only ids -> (them, their chain): the last _PROMPT_MEMO asked about
+        self._read_only_prompts: dict[int, tuple[np.ndarray, PromptKeys]] = {}
         self.offload: OffloadTiers | None = None  # the lower tiers (attach_offload), or None
 
     def attach_offload(self, tiers: OffloadTiers) -> None:
@@ -193,22 +197,30 @@ class PagedKVCacheManager:
         return self._ledger.num_shared > 0
 
     def _prompt(self, token_ids: Sequence[int] | np.ndarray) -> PromptKeys:
-        """The chain of ``token_ids``' full blocks, memoised for the last token ids asked
-        about: a waiting request is asked about (and admitted) with the same ids again.
+        """The chain of ``token_ids``' full blocks, memoised: a waiting request is asked
+        about (and admitted) with the same ids again, often after other requests.
 
-        NOTE: a read-only array asked about again (a request's prompt) is the same ids
-        without comparing its bytes; the manager keeps a reference, so it stays that array.
+        NOTE: a read-only array (a request's prompt) is found by identity among the last
+        ``_PROMPT_MEMO`` read-only arrays asked about, without comparing its bytes: the
+        memo keeps a reference, so the id stays that array's. Other ids are compared by
+        bytes with the last chain made or found.
         """
-        last = self._last_prompt
-        if token_ids is self._last_ids and last is not None:
-            return last
+        read_only = isinstance(token_ids, np.ndarray) and not token_ids.flags.writeable
+        if read_only:
+            seen = self._read_only_prompts.get(id(token_ids))
+            if seen is not None:
+                self._last_prompt = seen[1]
+                return seen[1]
         data = token_bytes(token_ids)
-        self._last_ids = (token_ids if isinstance(token_ids, np.ndarray)
-                          and not token_ids.flags.writeable else None)
-        if last is not None and last.data == data:
-            return last
-        prompt = PromptKeys(data, self._key_bytes)
-        self._last_prompt = prompt
+        prompt = self._last_prompt
+        if prompt is None or prompt.data != data:
+            prompt = PromptKeys(data, self._key_bytes)
+            self._last_prompt = prompt
+        if read_only:
+            memo = self._read_only_prompts
+            if len(memo) >= _PROMPT_MEMO:
+                del memo[next(iter(memo))]  # the oldest
+            memo[id(token_ids)] = (token_ids, prompt)
         return prompt
 
     def _prefix_hits(self, prompt: PromptKeys, prompt_len: int) -> list[int]:
