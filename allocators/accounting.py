@@ -111,6 +111,22 @@ class PartialBlockLedger:
                 self.num_shared -= 1
             self.target_sum += max(owners) - old
 
+    def replace_sole_owners(self, gone: list[int], came: list[int], came_targets: list[int],
+                            fill_change: int, target_change: int) -> None:
+        """``remove_owner`` for each partial block of ``gone`` (each with one owner), then
+        ``add_owner`` for each of ``came`` (blocks with no owner) with its target from
+        ``came_targets``, in one call; their fills and targets change the sums by
+        ``fill_change`` and ``target_change``."""
+        targets = self.targets
+        for block in gone:
+            if len(targets.pop(block)) != 1:  # pragma: no cover - internal invariant
+                raise RuntimeError(f"partial block {block} has more than one owner")
+        for block, target in zip(came, came_targets):
+            targets[block] = [target]
+        self.fill_sum += fill_change
+        self.target_sum += target_change
+        self.count += len(came) - len(gone)
+
     def slots(self, allocated_slots: int) -> tuple[int, int, int]:
         """(token_states, reserved, rounding) for a pool with ``allocated_slots`` in use."""
         partial_slots = self.count * self.block_size

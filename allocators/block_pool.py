@@ -42,7 +42,10 @@ if TYPE_CHECKING:
 
 _DEAD = -1  # a queue entry whose block was taken out of the queue (by ``touch``)
 _COMPACT_MIN = 4096  # drop the consumed head of the queue list once it is this long
-_BULK_MIN = 32  # from this many blocks on, free/touch_many/register_many work on them at once
+# From this many blocks on, free/touch_many/register_many work on them at once (numpy).
+# NOTE: below it a Python loop is faster (measured: the Azure conv replay's admissions
+# and frees, ~60 blocks each, lost ~0.2 s to numpy's per-call cost at 32).
+_BULK_MIN = 256
 
 
 def gather(values: Sequence, index: Sequence[int]) -> tuple:
@@ -294,6 +297,10 @@ class BlockPool:
     def lookup_many(self, keys: Iterable[int]) -> list[int | None]:
         """``[lookup(key) for key in keys]`` in one call."""
         return list(map(self._cached.get, keys))
+
+    def holds_any(self, keys: Iterable[int]) -> bool:
+        """Whether some block (allocated or free-but-cached) is registered under one of ``keys``."""
+        return not self._cached.keys().isdisjoint(keys)
 
     def register(self, b: int, key: int) -> bool:
         """Register allocated full block ``b`` under ``key``; False if the key is taken.

@@ -46,6 +46,9 @@ from pagebench.allocators.offload_tier import OffloadTiers
 from pagebench.allocators.prefix_keys import MASK, MUL, PromptKeys, chain_keys, extend_tokens, token_bytes
 
 
+_PROMPT_MEMO = 64  # read-only prompts whose chains _prompt keeps (see there)
+
+
 class _Seq:
     __slots__ = ("table", "num_tokens", "final_len", "prompt_len", "keys", "tail", "cpu_blocks",
                  "room", "known")
@@ -125,7 +128,8 @@ class PagedKVCacheManager:
         self._logical = 0  # tokens written, summed over device-resident sequences
         self._key_bytes = 4 * block_size
         self._last_prompt: PromptKeys | None = None  # see _prompt
-        self._last_ids: np.ndarray | None = None  # the read-only ids it was asked for last
+        # id of read-only ids -> (them, their chain): the last _PROMPT_MEMO asked about
+        self._read_only_prompts: dict[int, tuple[np.ndarray, PromptKeys]] = {}
         self.offload: OffloadTiers | None = None  # the lower tiers (attach_offload), or None
 
     def attach_offload(self, tiers: OffloadTiers) -> None:
@@ -193,22 +197,30 @@ class PagedKVCacheManager:
         return self._ledger.num_shared > 0
 
     def _prompt(self, token_ids: Sequence[int] | np.ndarray) -> PromptKeys:
-        """The chain of ``token_ids``' full blocks, memoised for the last token ids asked
-        about: a waiting request is asked about (and admitted) with the same ids again.
+        """The chain of ``token_ids``' full blocks, memoised: a waiting request is asked
+        about (and admitted) with the same ids again, often after other requests.
 
-        NOTE: a read-only array asked about again (a request's prompt) is the same ids
-        without comparing its bytes; the manager keeps a reference, so it stays that array.
+        NOTE: a read-only array (a request's prompt) is found by identity among the last
+        ``_PROMPT_MEMO`` read-only arrays asked about, without comparing its bytes: the
+        memo keeps a reference, so the id stays that array's. Other ids are compared by
+        bytes with the last chain made or found.
         """
-        last = self._last_prompt
-        if token_ids is self._last_ids and last is not None:
-            return last
+        read_only = isinstance(token_ids, np.ndarray) and not token_ids.flags.writeable
+        if read_only:
+            seen = self._read_only_prompts.get(id(token_ids))
+            if seen is not None:
+                self._last_prompt = seen[1]
+                return seen[1]
         data = token_bytes(token_ids)
-        self._last_ids = (token_ids if isinstance(token_ids, np.ndarray)
-                          and not token_ids.flags.writeable else None)
-        if last is not None and last.data == data:
-            return last
-        prompt = PromptKeys(data, self._key_bytes)
-        self._last_prompt = prompt
+        prompt = self._last_prompt
+        if prompt is None or prompt.data != data:
+            prompt = PromptKeys(data, self._key_bytes)
+            self._last_prompt = prompt
+        if read_only:
+            memo = self._read_only_prompts
+            if len(memo) >= _PROMPT_MEMO:
+                del memo[next(iter(memo))]  # the oldest
+            memo[id(token_ids)] = (token_ids, prompt)
         return prompt
 
     def _prefix_hits(self, prompt: PromptKeys, prompt_len: int) -> list[int]:
@@ -461,10 +473,13 @@ class PagedKVCacheManager:
         The batch form saves a Python call per sequence on the decode hot path.
         NOTE: misuse raises ValueError like ``append``, after committing the sequences
         before the faulty one. The common case (room left in the sole-owned partial last
-        block) is done inline, as in ``append_batch``, without a list per token.
+        block) is done inline, as in ``append_batch``, without a list per token; a token
+        that takes a block or fills one waits for ``_grow_together``.
         """
         seqs = self._seqs
         caching = self.enable_prefix_caching
+        growing: list[tuple[int, _Seq, Sequence[int], int]] = []  # see _grow_together
+        free = self.pool.num_free  # blocks not promised to ``growing``
         in_block = done = 0
         try:
             for seq_id, token in zip(seq_ids, token_ids):
@@ -475,11 +490,22 @@ class PagedKVCacheManager:
                     in_block += 1
                     if caching:
                         s.tail.append(token)
-                elif not self._append_general(seq_id, (token,), copies):
-                    break
+                else:
+                    need = self._together_need(s, 1)
+                    if need < 0:  # the general path, after the appends before it
+                        self._grow_together(growing)
+                        if not self._append_general(seq_id, (token,), copies):
+                            break
+                        free = self.pool.num_free
+                    elif need > free:
+                        break
+                    else:
+                        free -= need
+                        growing.append((seq_id, s, (token,), need))
                 done += 1
         finally:
             self._count_inline(in_block)
+            self._grow_together(growing)
         return done
 
     def append_batch(self, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
@@ -488,10 +514,13 @@ class PagedKVCacheManager:
         copies go to ``copies``. Stops at the first sequence that does not fit (nothing
         changed for it) and returns how many leading sequences got their tokens.
         NOTE: the common case (the tokens stay inside the sole-owned partial last block)
-        is done inline; everything else goes through ``append``.
+        is done inline; appends that take or fill blocks without a copy are committed
+        together (``_grow_together``); everything else goes through ``append``.
         """
         seqs = self._seqs
         caching = self.enable_prefix_caching
+        growing: list[tuple[int, _Seq, Sequence[int], int]] = []  # see _grow_together
+        free = self.pool.num_free  # blocks not promised to ``growing``
         in_block = 0  # tokens appended on the inline path
         done = 0
         try:
@@ -507,11 +536,22 @@ class PagedKVCacheManager:
                             s.tail.append(tokens[0])
                         else:
                             extend_tokens(s.tail, tokens)
-                elif not self._append_general(seq_id, tokens, copies):
-                    break
+                else:
+                    need = self._together_need(s, k)
+                    if need < 0:  # the general path, after the appends before it
+                        self._grow_together(growing)
+                        if not self._append_general(seq_id, tokens, copies):
+                            break
+                        free = self.pool.num_free
+                    elif need > free:
+                        break
+                    else:
+                        free -= need
+                        growing.append((seq_id, s, tokens, need))
                 done += 1
         finally:
             self._count_inline(in_block)
+            self._grow_together(growing)
         return done
 
     def _count_inline(self, tokens: int) -> None:
@@ -528,6 +568,114 @@ class PagedKVCacheManager:
             return False
         copies.extend(grown)
         return True
+
+    def _together_need(self, s: _Seq | None, k: int) -> int:
+        """The new blocks appending ``k`` tokens to ``s`` takes, when ``_grow_together`` may
+        do it: a resident sequence within its final_len, whose partial last block (if any)
+        is its own (no copy-on-write) and whose prompt keys are all used (``known``).
+        Otherwise -1 (``append`` does it, or raises)."""
+        if s is None or not k or s.cpu_blocks is not None or s.known is not None:
+            return -1
+        n = s.num_tokens
+        if n + k > s.final_len or (n % self.block_size and self.pool.ref_cnt[s.table[-1]] > 1):
+            return -1
+        return -(-(n + k) // self.block_size) - len(s.table)
+
+    def _grow_together(self, growing: list[tuple[int, _Seq, Sequence[int], int]]) -> None:
+        """Commit ``growing``'s appends ``(seq_id, seq, tokens, new blocks)`` (accepted by
+        ``_together_need``, all fitting) exactly as ``append`` one after the other would,
+        with one allocation for all their new blocks and one registration of the blocks
+        they fill; empties ``growing``.
+
+        NOTE: the allocation pops the blocks in the order the appends would, so block ids,
+        evictions and residency times are the same. Registering the filled blocks after
+        every allocation instead of between them changes nothing unless the allocation
+        evicts the very key one of them gets; such a key is cached now, so then all the
+        appends go through ``append`` (never in practice: decode keys are new).
+        """
+        if not growing:
+            return
+        bs, pool = self.block_size, self.pool
+        caching = self.enable_prefix_caching
+        filling: list[list[int] | None] = []  # [len(growing)] the keys of the blocks each fills
+        if caching:
+            w = self._key_bytes
+            fresh: list[int] = []
+            for _, s, tokens, _ in growing:
+                tail = s.tail
+                extend_tokens(tail, tokens)
+                if len(tail) < bs:
+                    filling.append(None)
+                    continue
+                keys = s.keys
+                parent = keys[-1] if keys else 0
+                data = tail.tobytes()
+                count = len(data) // w
+                if count == 1:  # chain_keys inlined (the decode hot path)
+                    new = [(parent * MUL + hash(data[:w])) & MASK]
+                else:
+                    new = chain_keys(parent, data, 0, count, w)
+                filling.append(new)
+                fresh += new
+            if fresh and pool.holds_any(fresh):
+                for _, s, tokens, _ in growing:  # undo the tails' extensions
+                    del s.tail[len(s.tail) - len(tokens):]
+                for seq_id, _, tokens, _ in growing:
+                    self.append(seq_id, tokens)  # fits (counted), sole-owned: no copies
+                growing.clear()
+                return
+        else:
+            filling = [None] * len(growing)
+        total = 0
+        for *_, need in growing:
+            total += need
+        blocks = pool.allocate(total) if total else []  # [total]
+        gone: list[int] = []  # the partial last blocks before, in order
+        came: list[int] = []  # the partial last blocks after, in order, and their targets
+        came_targets: list[int] = []
+        fill_change = target_change = 0
+        filled: list[int] = []  # the blocks filled, in order, and their keys
+        filled_keys: list[int] = []
+        taken = written = 0
+        for (_, s, tokens, need), new in zip(growing, filling):
+            table, n, final = s.table, s.num_tokens, s.final_len
+            k = len(tokens)
+            used = n % bs
+            if used:
+                gone.append(table[-1])
+                fill_change -= used
+                target = final - n + used
+                target_change -= target if target < bs else bs
+            if need:
+                table += blocks[taken:taken + need]
+                taken += need
+            n += k
+            s.num_tokens = n
+            written += k
+            used = n % bs
+            if used:
+                came.append(table[-1])
+                target = final - n + used
+                if target > bs:
+                    target = bs
+                came_targets.append(target)
+                fill_change += used
+                target_change += target
+                room = final - n
+                s.room = room if room < bs - 1 - used else bs - 1 - used  # _set_room: its own block
+            else:
+                s.room = 0
+            if new is not None:
+                keys = s.keys
+                first = len(keys)
+                filled += table[first:first + len(new)]
+                filled_keys += new
+                keys += new
+                del s.tail[:len(new) * bs]
+        self._ledger.replace_sole_owners(gone, came, came_targets, fill_change, target_change)
+        pool.register_many(filled, filled_keys)
+        self._logical += written
+        growing.clear()
 
     def _grow(self, s: _Seq, n: int, new_n: int, used: int) -> list[tuple[int, int]] | None:
         """Blocks (and a copy-on-write) for growing ``s`` from ``n`` to ``new_n`` tokens."""

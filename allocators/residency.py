@@ -28,7 +28,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-_BULK_MIN = 32  # from this many blocks on, ``released`` works on them at once (numpy)
+_BULK_MIN = 256  # from this many blocks on, ``released`` works on them at once (numpy)
 
 
 class ResidencyLog:
@@ -63,12 +63,11 @@ class ResidencyLog:
         still held its key (it is evicted)."""
         since, idle = self._since, self.idle_before_evict
         if self._span is not None:
-            evicted_at, taken_at = self._span
-            for b in blocks:
-                out = next(evicted_at)
+            # NOTE: zip takes the next time of each iterator only while blocks remain
+            for b, out, taken in zip(blocks, *self._span):
                 if cached[b]:
                     idle.append(out - since[b])
-                since[b] = next(taken_at)
+                since[b] = taken
             return
         now = self.now
         for b in blocks:

@@ -2,10 +2,13 @@
 
 import copy
 import pickle
+import random
 
 import pytest
 
+from pagebench.allocators import block_pool
 from pagebench.allocators.block_pool import BlockPool
+from pagebench.allocators.residency import ResidencyLog
 
 
 def test_initial_free_queue_is_ascending_and_allocation_pops_the_head():
@@ -93,17 +96,18 @@ def test_bad_pool_size_is_a_value_error(bad):
 def test_a_copied_pool_works_on_its_own_buffers(clone):
     """The bulk operations go through numpy views of the pool's buffers: a copy must get
     views of its own buffers (not copies of the original's views)."""
-    pool = BlockPool(100)
-    table = pool.allocate(40)
-    pool.register_many(table, list(range(40)))
+    n = block_pool._BULK_MIN  # blocks in the table: enough to go through the views
+    pool = BlockPool(n + 60)
+    table = pool.allocate(n)
+    pool.register_many(table, list(range(n)))
     twin = clone(pool)
-    twin.free(table[::-1])  # 40 blocks: through the views
-    assert twin.num_free == 100 and list(twin.ref_cnt) == [0] * 100
-    assert twin.free_queue() == list(range(40, 100)) + table[::-1]
-    assert twin.num_cached_free == 40 and twin.allocate(100) is not None
-    assert list(twin.ref_cnt) == [1] * 100 and twin.num_cached_blocks == 0
-    assert pool.num_free == 60 and list(pool.ref_cnt) == [1] * 40 + [0] * 60  # untouched
-    assert pool.num_cached_blocks == 40 and pool.lookup(7) == table[7]
+    twin.free(table[::-1])
+    assert twin.num_free == n + 60 and list(twin.ref_cnt) == [0] * (n + 60)
+    assert twin.free_queue() == list(range(n, n + 60)) + table[::-1]
+    assert twin.num_cached_free == n and twin.allocate(n + 60) is not None
+    assert list(twin.ref_cnt) == [1] * (n + 60) and twin.num_cached_blocks == 0
+    assert pool.num_free == 60 and list(pool.ref_cnt) == [1] * n + [0] * 60  # untouched
+    assert pool.num_cached_blocks == n and pool.lookup(7) == table[7]
 
 
 class _CountingList(list):
@@ -133,3 +137,56 @@ def test_cached_flags_at_head_reads_only_the_entries_it_reports_whatever_the_poo
     pool._q.reads = 0
     assert pool.cached_flags_at_head(2) == [False, False]
     assert pool._q.reads == 2
+
+
+def _pool_state(pool: BlockPool) -> tuple:
+    return (pool.free_queue(), list(pool.ref_cnt), list(pool._keys), dict(pool._cached),
+            bytes(pool._held), pool.num_free, pool.num_cached_free, pool.num_evictions,
+            list(pool.residency.lifetimes), list(pool.residency.idle_before_evict),
+            list(pool.residency.reuse_gaps))
+
+
+def test_the_bulk_paths_leave_the_pool_as_the_block_by_block_ones(monkeypatch):
+    """free / touch_many / register_many through the numpy views (every call: _BULK_MIN 1)
+    and block by block (never), on the same random calls: the same pool."""
+    from pagebench.allocators import residency as residency_module
+    rng = random.Random(5)
+    pools = {}
+    for bulk in (1, 1 << 30):
+        pool = BlockPool(64)
+        pool.residency = ResidencyLog(64)
+        pools[bulk] = pool
+    tables: list[list[int]] = []  # the tables taken, each one reference to its blocks
+    next_key = 0
+    for step in range(300):
+        op = rng.choice(["allocate", "free", "touch", "register", "revive"] if tables
+                        else ["allocate", "revive"])
+        n = rng.randrange(1, 12)
+        freed = [b for b in range(64) if not pools[1].ref_cnt[b]]
+        revived = rng.sample(freed, min(n, len(freed)))  # free blocks a prompt hits
+        table = tables[rng.randrange(len(tables))] if tables else []
+        keys = [rng.randrange(0, next_key + n) for _ in table]  # some keys taken already
+        next_key += n
+        for bulk, pool in pools.items():
+            monkeypatch.setattr(block_pool, "_BULK_MIN", bulk)
+            monkeypatch.setattr(residency_module, "_BULK_MIN", bulk)
+            pool.residency.now = float(step)
+            if op == "allocate":
+                got = pool.allocate(n)
+            elif op == "free":  # the last table taken (or touched), tail first
+                pool.free(list(reversed(tables[-1])))
+            elif op == "touch":  # a fork's or a prefix hit's second reference
+                pool.touch_many(tables[-1])
+            elif op == "revive":
+                pool.touch_many(revived)
+            else:
+                pool.register_many(table, keys)
+        if op == "allocate" and got is not None:
+            tables.append(got)
+        elif op == "free":
+            tables.pop()
+        elif op == "touch":
+            tables.append(list(tables[-1]))
+        elif op == "revive" and revived:
+            tables.append(revived)
+        assert _pool_state(pools[1]) == _pool_state(pools[1 << 30])

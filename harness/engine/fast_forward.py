@@ -219,7 +219,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     else:
         timed = residency is not None and taken[-1] > 0  # (no block taken: no time to give)
         if timed:  # the blocks' times, as the step-by-step run takes them
-            residency.span(*_allocation_times(_written(computed, span), bs, starts))
+            residency.span(*_allocation_times(computed, news, bs, starts))
         if manager.append_batch([seq.seq_id for seq in seqs], kv_tokens, []) < num_seqs:
             # NOTE: every new key is unique: the order of the appends does not matter
             raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
@@ -329,14 +329,17 @@ def _written(computed: list[int], span: int) -> np.ndarray:
             + np.arange(1, span + 1, dtype=np.int64)[None, :])
 
 
-def _allocation_times(written: np.ndarray, bs: int, starts: list[float]
+def _allocation_times(computed: list[int], news: list[int], bs: int, starts: list[float]
                       ) -> tuple[list[float], list[float]]:
     """The start times of a span's block allocations (an append that starts a block), in
     step order (then running order: the step-by-step run's pops) and in sequence order
-    (``append_batch``'s: each sequence's blocks by step)."""
-    events = (written - 1) % bs == 0  # [num_seqs, span]
-    at = np.asarray(starts)
-    return at[np.nonzero(events.T)[0]].tolist(), at[np.nonzero(events)[1]].tolist()
+    (``append_batch``'s: each sequence's blocks by step). ``news``: the blocks each step
+    takes (``_paged_span_events``); a sequence at ``c`` tokens starts one at each step
+    ``j`` (0-based) with ``(c + j) % bs == 0``. In Python: a span is a few steps."""
+    span = len(starts)
+    in_steps = [start for start, count in zip(starts, news) for _ in range(count)]
+    by_sequence = [starts[j] for c in computed for j in range((-c) % bs, span, bs)]
+    return in_steps, by_sequence
 
 
 def _paged_span_events(computed: list[int], remaining: list[int], bs: int, span: int
