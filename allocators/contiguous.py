@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from pagebench.allocators.accounting import ExtentLedger, make_breakdown
+from pagebench.allocators.accounting import ExtentLedger
 from pagebench.allocators.arena import ARENAS, FirstFitArena, make_arena
 from pagebench.allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
 
@@ -288,8 +288,9 @@ class ContiguousKVCacheManager:
         r.start = None
 
     def free(self, seq_id: int) -> None:
-        r = self._get(seq_id)
-        del self._seqs[seq_id]
+        r = self._seqs.pop(seq_id, None)
+        if r is None:
+            self._get(seq_id)  # raises the right error
         if r.cpu_start is not None:
             self._cpu.free(r.cpu_start)
         else:
@@ -327,12 +328,14 @@ class ContiguousKVCacheManager:
 
     # ------------------------------------------------------------ accounting
     def breakdown(self, memory_blocked: bool) -> MemoryBreakdown:
-        """O(1) (plus O(log capacity) for the buddy's largest free block)."""
+        """O(1) (plus O(log capacity) for the buddy's largest free block).
+
+        NOTE: ``make_breakdown``'s figures, built positionally (the engine asks once per
+        step and once per fast-forward span)."""
         g = self._ledger
-        return make_breakdown(
-            capacity_slots=self.capacity_slots, allocated_slots=g.taken,
-            token_states=g.written, reserved=g.final - g.written,
-            internal_over_reservation=g.reservation - g.final,
-            internal_rounding=g.taken - g.reservation, memory_blocked=memory_blocked,
-            logical_tokens=g.written, largest_free_extent=self.arena.largest_free_extent(),
-        )
+        written, taken, reservation, final = g.written, g.taken, g.reservation, g.final
+        free = self.capacity_slots - taken
+        return MemoryBreakdown(
+            self.capacity_slots, written, final - written, reservation - final,
+            taken - reservation, free if memory_blocked else 0, 0 if memory_blocked else free,
+            written, taken, self.arena.largest_free_extent())
