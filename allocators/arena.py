@@ -85,7 +85,8 @@ class BuddyArena:
 
     def allocate(self, size: int) -> int | None:
         """Start of a new block of ``taken_size(size)`` slots, or None when none is free."""
-        _check_size(size)
+        if type(size) is not int or size <= 0:  # (the common case without a call)
+            _check_size(size)
         k = (size - 1).bit_length()
         free = self._free
         j = k

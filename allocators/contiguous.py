@@ -28,6 +28,7 @@ from pagebench.allocators.arena import ARENAS, FirstFitArena, make_arena
 from pagebench.allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
 
 POLICIES = ("max", "pow2", "oracle")
+_ADMITTED = Admission(num_cached_tokens=0)  # every admission's (no prefix cache), made once
 
 
 class _Res:
@@ -40,7 +41,8 @@ class _Res:
         self.reservation = reservation  # slots the policy asked for
         self.final_len = final_len
         self.prompt_len = prompt_len
-        self.written = written  # slots written so far
+        # slots written so far, less the manager's ``_shift`` (``advance_all``)
+        self.written = written
         self.cpu_start: int | None = None  # first CPU slot while swapped out
 
 
@@ -102,6 +104,11 @@ class ContiguousKVCacheManager:
                                          bulk_decode="contiguous",
                                          knows_final_len=policy != "max")
         self._seqs: dict[int, _Res] = {}
+        # NOTE: ``advance_all`` appends to every sequence in O(1) by adding to ``_shift``:
+        # a sequence has written ``_Res.written + _shift`` slots. It refuses while one is
+        # swapped out (``_num_swapped``), so a swapped record never moves.
+        self._shift = 0
+        self._num_swapped = 0
         self._ledger = ExtentLedger()
 
     # ---------------------------------------------------------------- queries
@@ -143,7 +150,7 @@ class ContiguousKVCacheManager:
         return seq_id in self._seqs
 
     def num_tokens(self, seq_id: int) -> int:
-        return self._get(seq_id).written
+        return self._get(seq_id).written + self._shift
 
     def is_swapped(self, seq_id: int) -> bool:
         return self._get(seq_id).cpu_start is not None
@@ -155,8 +162,9 @@ class ContiguousKVCacheManager:
 
     def slot_mapping(self, seq_id: int, start: int, end: int) -> list[int]:
         r = self._get_resident(seq_id, "map slots of")
-        if not 0 <= start <= end <= r.written:
-            raise ValueError(f"slot range [{start}, {end}) is outside the {r.written} tokens "
+        written = r.written + self._shift
+        if not 0 <= start <= end <= written:
+            raise ValueError(f"slot range [{start}, {end}) is outside the {written} tokens "
                              f"written by seq {seq_id}; append the tokens first")
         return list(range(r.start + start, r.start + end))
 
@@ -202,14 +210,15 @@ class ContiguousKVCacheManager:
         if r is None:
             return None
         self._seqs[seq_id] = r
-        return Admission(num_cached_tokens=0)
+        return _ADMITTED
 
     def _place(self, prompt_len: int, final_len: int, written: int) -> _Res | None:
         reservation = self.reservation(prompt_len, final_len)
         start = self.arena.allocate(reservation)
         if start is None:
             return None
-        r = _Res(start, self.arena.size_of(start), reservation, final_len, prompt_len, written)
+        r = _Res(start, self.arena.size_of(start), reservation, final_len, prompt_len,
+                 written - self._shift)
         self._ledger.add(written, final_len, reservation, r.taken)
         return r
 
@@ -217,8 +226,9 @@ class ContiguousKVCacheManager:
         """Advance the write position; the slots are already reserved, so always ``[]``."""
         r = self._get_resident(seq_id, "append to")
         k = len(token_ids)
-        if r.written + k > r.final_len:
-            raise ValueError(f"seq {seq_id}: appending {k} tokens to {r.written} exceeds its "
+        written = r.written + self._shift
+        if written + k > r.final_len:
+            raise ValueError(f"seq {seq_id}: appending {k} tokens to {written} exceeds its "
                              f"final_len {r.final_len}; the sequence must end (free it) instead")
         r.written += k
         self._ledger.written += k
@@ -229,7 +239,7 @@ class ContiguousKVCacheManager:
         """One decode step: ``append(seq_id, [token])`` for each sequence, in order, in one
         call. Never short of memory, so it returns ``len(seq_ids)``; no copies, and the
         token ids are not read (a contiguous extent keys nothing on them)."""
-        seqs = self._seqs
+        seqs, shift = self._seqs, self._shift
         done = 0
         try:
             for seq_id in seq_ids:
@@ -237,8 +247,8 @@ class ContiguousKVCacheManager:
                 if r is None or r.cpu_start is not None:
                     self._get_resident(seq_id, "append to")  # raises the right error
                 written = r.written
-                if written >= r.final_len:
-                    raise ValueError(f"seq {seq_id}: appending 1 token to {written} exceeds its "
+                if written + shift >= r.final_len:
+                    raise ValueError(f"seq {seq_id}: appending 1 token to {written + shift} exceeds its "
                                      f"final_len {r.final_len}; the sequence must end (free it) "
                                      "instead")
                 r.written = written + 1
@@ -251,13 +261,13 @@ class ContiguousKVCacheManager:
                      copies: list[tuple[int, int]]) -> int:
         """``append(seq_id, tokens)`` for each pair in order, in one call. Never short of
         memory, so it returns ``len(seq_ids)``; no copies."""
-        seqs = self._seqs
+        seqs, shift = self._seqs, self._shift
         done = written_sum = 0
         try:
             for seq_id, tokens in zip(seq_ids, token_lists):
                 r = seqs.get(seq_id)
                 k = len(tokens)
-                if r is None or r.cpu_start is not None or r.written + k > r.final_len:
+                if r is None or r.cpu_start is not None or r.written + shift + k > r.final_len:
                     self.append(seq_id, tokens)  # raises the right error
                 r.written += k
                 written_sum += k
@@ -266,25 +276,40 @@ class ContiguousKVCacheManager:
             self._ledger.written += written_sum
         return done
 
+    def advance_all(self, count: int, num_seqs: int) -> bool:
+        """Every sequence the manager holds appends ``count`` tokens, in O(1), when it holds
+        exactly ``num_seqs``, none swapped out (a fast-forwarded span of decode steps);
+        False (nothing changed) otherwise.
+
+        NOTE: unchecked: the caller guarantees that none passes its ``final_len`` (a span
+        ends with the step in which the first sequence finishes).
+        """
+        if self._num_swapped or len(self._seqs) != num_seqs:
+            return False
+        self._shift += count
+        self._ledger.written += count * num_seqs
+        return True
+
     def fork(self, parent_id: int, child_id: int, final_len: int) -> list[tuple[int, int]] | None:
         """Reserve an extent for ``child_id`` (policy applied to the parent's prompt length
         and ``final_len``) and return the slot copies ``[(parent_slot, child_slot)]`` of the
         parent's written slots; None (nothing changed) when no extent fits."""
         p = self._get_resident(parent_id, "fork")
         self._check_new(child_id, p.prompt_len, final_len)
-        if final_len < p.written:
-            raise ValueError(f"child final_len {final_len} < the {p.written} tokens it "
+        written = p.written + self._shift
+        if final_len < written:
+            raise ValueError(f"child final_len {final_len} < the {written} tokens it "
                              f"inherits from seq {parent_id}")
-        c = self._place(p.prompt_len, final_len, p.written)
+        c = self._place(p.prompt_len, final_len, written)
         if c is None:
             return None
         self._seqs[child_id] = c
-        self.stats.fork_copies += p.written
-        return [(p.start + i, c.start + i) for i in range(p.written)]
+        self.stats.fork_copies += written
+        return [(p.start + i, c.start + i) for i in range(written)]
 
     def _release_device(self, r: _Res) -> None:
         self.arena.free(r.start)
-        self._ledger.remove(r.written, r.final_len, r.reservation, r.taken)
+        self._ledger.remove(r.written + self._shift, r.final_len, r.reservation, r.taken)
         r.start = None
 
     def free(self, seq_id: int) -> None:
@@ -293,20 +318,23 @@ class ContiguousKVCacheManager:
             self._get(seq_id)  # raises the right error
         if r.cpu_start is not None:
             self._cpu.free(r.cpu_start)
+            self._num_swapped -= 1
         else:
             self._release_device(r)
 
     def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:
         """Move the written slots to CPU slots and free the extent: ``[(device, cpu)]``."""
         r = self._get_resident(seq_id, "swap out")
-        cpu_start = self._cpu.allocate(r.written) if self._cpu is not None else None
+        written = r.written + self._shift
+        cpu_start = self._cpu.allocate(written) if self._cpu is not None else None
         if cpu_start is None:
             return None
-        mapping = [(r.start + i, cpu_start + i) for i in range(r.written)]
+        mapping = [(r.start + i, cpu_start + i) for i in range(written)]
         self._release_device(r)
         r.cpu_start = cpu_start
+        self._num_swapped += 1
         self.stats.swap_outs += 1
-        self.stats.swapped_out_units += r.written
+        self.stats.swapped_out_units += written
         return mapping
 
     def swap_in(self, seq_id: int) -> list[tuple[int, int]] | None:
@@ -319,12 +347,14 @@ class ContiguousKVCacheManager:
             return None
         cpu_start = r.cpu_start
         self._cpu.free(cpu_start)
+        self._num_swapped -= 1
         r.start, r.cpu_start = start, None
         r.taken = self.arena.size_of(start)
-        self._ledger.add(r.written, r.final_len, r.reservation, r.taken)
+        written = r.written + self._shift  # (no shift while it was out)
+        self._ledger.add(written, r.final_len, r.reservation, r.taken)
         self.stats.swap_ins += 1
-        self.stats.swapped_in_units += r.written
-        return [(cpu_start + i, start + i) for i in range(r.written)]
+        self.stats.swapped_in_units += written
+        return [(cpu_start + i, start + i) for i in range(written)]
 
     # ------------------------------------------------------------ accounting
     def breakdown(self, memory_blocked: bool) -> MemoryBreakdown:

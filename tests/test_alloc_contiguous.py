@@ -118,3 +118,41 @@ def test_registry_builds_both_managers_and_rejects_bad_kinds():
         make_manager("paged", num_blocks=4, block_size=16, policy="max")
     with pytest.raises(ValueError, match="needs"):
         make_manager("contiguous", capacity_slots=64)
+
+
+def _state(m, seq_ids):
+    """What a contiguous manager shows of its sequences: tokens, breakdown, copies."""
+    return ([m.num_tokens(s) for s in seq_ids], m.breakdown(True),
+            [m.slot_mapping(s, 0, m.num_tokens(s)) for s in seq_ids])
+
+
+@pytest.mark.parametrize("policy", ["max", "pow2", "oracle"])
+def test_advance_all_equals_append_batch_through_later_operations(policy):
+    """``advance_all`` (fast-forward's O(1) append) leaves every figure as ``append_batch``
+    of the same counts does, and so do the appends, forks, swaps and frees after it."""
+    managers = [cm(policy, arena="buddy", capacity=4096, num_cpu_slots=1024) for _ in range(2)]
+    batch, bulk = managers
+    for m in managers:
+        for seq_id, (prompt, final) in enumerate([(10, 40), (3, 90), (25, 32)]):
+            m.admit(seq_id, list(range(prompt)), final, prompt)
+    assert batch.append_batch([0, 1, 2], [range(4)] * 3, []) == 3
+    assert bulk.advance_all(4, 3)
+    assert _state(batch, [0, 1, 2]) == _state(bulk, [0, 1, 2])
+    for m in managers:  # later operations read the shifted positions
+        assert m.append_decode([0, 1, 2], [7, 7, 7], []) == 3
+        m.append(1, [5, 5])
+        assert m.fork(0, 7, 40) is not None
+        assert m.swap_out(2) is not None
+        m.free(0)
+    assert _state(batch, [1, 7]) == _state(bulk, [1, 7])
+    assert not bulk.advance_all(1, 2)  # seq 2 is swapped out: nothing moves
+    assert _state(batch, [1, 7]) == _state(bulk, [1, 7])
+    for m in managers:
+        assert m.swap_in(2) is not None
+        m.append(2, [1])
+    assert _state(batch, [1, 2, 7]) == _state(bulk, [1, 2, 7])
+    assert not bulk.advance_all(1, 2)  # it holds three sequences, not two
+    assert batch.append_batch([1, 2, 7], [range(1)] * 3, []) == 3 and bulk.advance_all(1, 3)
+    assert _state(batch, [1, 2, 7]) == _state(bulk, [1, 2, 7])
+    with pytest.raises(ValueError, match="exceeds its final_len"):
+        bulk.append(2, [1])  # seq 2 (final 32) is full: the shifted check still holds

@@ -214,7 +214,9 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     if shared_keys:
         _commit_in_step_order(manager, seqs, kv_tokens, _written(computed, span), bs, residency,
                               starts, end_time)
-    else:
+    # NOTE: a contiguous manager appends to all the sequences it holds in O(1), when they
+    # are these (none swapped out: plan_allows_fast_forward)
+    elif paged or not manager.advance_all(span, num_seqs):
         timed = residency is not None and taken[-1] > 0  # (no block taken: no time to give)
         if timed:  # the blocks' times, as the step-by-step run takes them
             residency.span(*_allocation_times(computed, news, bs, starts))
