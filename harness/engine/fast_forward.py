@@ -159,12 +159,12 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     durations, starts, end_time = durations[:span], clock[:span], clock[span]
     finishing = span == first_finish  # the last step finishes requests
 
-    # The span's step rows, in closed form from the breakdown now (plain lists: the
-    # constant columns are cheaper that way than as arrays).
+    # The span's step rows, in closed form from the breakdown now (plain lists and ranges:
+    # the columns are cheaper that way than as arrays; the recorder's lists extend by them).
     base = manager.breakdown(memory_blocked)
     last = num_seqs * span  # tokens appended by the end of the span, all sequences
-    token_states = list(range(base.token_states + num_seqs, base.token_states + last + 1, num_seqs))
-    logical = list(range(base.logical_tokens + num_seqs, base.logical_tokens + last + 1, num_seqs))
+    token_states = range(base.token_states + num_seqs, base.token_states + last + 1, num_seqs)
+    logical = range(base.logical_tokens + num_seqs, base.logical_tokens + last + 1, num_seqs)
     if paged:
         taken = taken[:span]
         allocated = [base.allocated_slots + bs * count for count in taken]
@@ -177,12 +177,13 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         largest_free = free
     else:
         allocated = [base.allocated_slots] * span
-        reserved = list(range(base.reserved - num_seqs, base.reserved - last - 1, -num_seqs))
+        reserved = range(base.reserved - num_seqs, base.reserved - last - 1, -num_seqs)
         rounding = [base.internal_rounding] * span
         cached_free = [base.cached_free_slots] * span
         largest_free = [base.largest_free_extent] * span
         free = [base.capacity_slots - base.allocated_slots] * span
     zeros = [0] * span
+    batch = [num_seqs] * span  # (one token per sequence)
     if queue_behind:  # arrivals join before each step starts
         waiting = len(scheduler.waiting)
         num_waiting = [waiting + joined for joined in arrivals.joined_by(starts)]
@@ -190,7 +191,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         num_waiting = [len(scheduler.waiting)] * span
     columns = dict(
         time_s=starts, duration_s=durations,
-        num_seqs=[num_seqs] * span, num_batched_tokens=[num_seqs] * span,
+        num_seqs=batch, num_batched_tokens=batch,
         num_prefill_tokens=zeros, num_waiting=num_waiting,
         num_preempted=zeros, token_states=token_states, reserved=reserved,
         internal_over_reservation=[base.internal_over_reservation] * span,

@@ -141,18 +141,19 @@ def decode_synthetic(seqs: list[Sequence], firsts: list[int], count: int,
     ``steps``' are 0, 1, 2, ... (no word carries into the next: every id is below 2**31),
     and Python computes that in a few C loops over the words.
     """
-    bulk = count <= _RAMP_WORDS
     base, order = SYNTHETIC_TOKEN_BASE, sys.byteorder
-    if bulk:
+    limit = -1  # the last start that neither wraps nor runs past the ramp (none: -1)
+    if count <= _RAMP_WORDS:
+        limit = base - count
         width = 8 * count  # the bytes of ``count`` int64 words ("q")
         ones = int.from_bytes(_ONES[:width], order)
-        steps = int.from_bytes(_STEPS[:width], order)
+        ramp = base * ones + int.from_bytes(_STEPS[:width], order)  # base + 0, base + 1, ...
     keep = kv_tokens.append if kv_tokens is not None else None
     for seq, first in zip(seqs, firsts):
         generated = seq.generated
         offset = seq.synthetic_offset
         start = (offset + first) % base
-        if not bulk or offset < 0 or start + count > base:  # given, or wrapping
+        if offset < 0 or start > limit:  # given, or wrapping
             tokens = seq.synthetic_tokens(first, count)
             if keep is not None:
                 keep(kv_span(generated[-1], tokens))
@@ -162,5 +163,5 @@ def decode_synthetic(seqs: list[Sequence], firsts: list[int], count: int,
                 last = generated[-1]
                 keep(range(last, last + count) if last == base + start - 1
                      else [last, *range(base + start, base + start + count - 1)])
-            generated.frombytes(((base + start) * ones + steps).to_bytes(width, order))
+            generated.frombytes((start * ones + ramp).to_bytes(width, order))
         seq.num_computed += count
