@@ -7,6 +7,7 @@ import hashlib
 import time
 from array import array
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable, Protocol
 
 import numpy as np
@@ -235,10 +236,14 @@ def _record_finished(group: SequenceGroup, recorder: RunRecorder, token_digests:
         seq.group = None
 
 
+_LINEAGE = attrgetter("lineage")
+
+
 def _tokens_digest(group: SequenceGroup) -> bytes:
     """sha256 of a finished group's generated tokens, sequences in lineage order."""
     digest = hashlib.sha256(group.request.request_id.to_bytes(8, "little"))
-    for seq in sorted(group.seqs, key=lambda s: s.lineage):
+    seqs = group.seqs
+    for seq in seqs if len(seqs) == 1 else sorted(seqs, key=_LINEAGE):
         digest.update(len(seq.generated).to_bytes(8, "little"))
         digest.update(_int64_buffer(seq.generated))
     return digest.digest()
