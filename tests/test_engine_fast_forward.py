@@ -204,3 +204,4 @@ def test_arrivals_joined_by_counts_the_requests_that_joined_before_each_step():
         expected = [sum(1 for i in range(arrivals.next, len(times))
                         if times[i] <= start and reasons[i] is None) for start in starts]
         assert arrivals.joined_by(starts) == expected
+        assert arrivals.joined_by(starts, 3) == [3 + count for count in expected]  # + queued

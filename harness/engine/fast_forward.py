@@ -87,6 +87,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     generated: list[int] = []  # [num_seqs] tokens each has generated
     computed: list[int] = []  # [num_seqs] = its KV slots written
     remaining_list: list[int] = []  # [num_seqs] tokens left to generate
+    workload_tokens: list[int] = []  # which ones generate tokens the workload gives
     # (bound once: the loop runs once per running sequence)
     add_seq, add_generated = seqs.append, generated.append
     add_computed, add_remaining = computed.append, remaining_list.append
@@ -98,6 +99,8 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
             c = seq.num_computed
             if c != seq.prompt_len + g - 1 or not g:
                 return None  # still prefilling (or has not sampled its first token)
+            if seq.synthetic_offset < 0:
+                workload_tokens.append(len(seqs))
             add_seq(seq)
             add_generated(g)
             add_computed(c)
@@ -146,8 +149,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     # a later turn's prompt repeats) can form a block whose key another prompt (or another
     # sequence) has too: the synthetic ones are unique to their sequence and position.
     keyed = paged and manager.capabilities.prefix_cache
-    # [...] the sequences that generate tokens the workload gives
-    shared_keys = [i for i, seq in enumerate(seqs) if seq.synthetic_offset < 0] if keyed else []
+    shared_keys = workload_tokens if keyed else []
     if shared_keys and scheduler.waiting:
         kv_tokens = _kv_tokens(seqs, generated, span)
         grow = _first_prefix_growth(scheduler, manager, seqs, shared_keys, kv_tokens, computed, bs)
@@ -185,8 +187,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     zeros = [0] * span
     batch = [num_seqs] * span  # (one token per sequence)
     if queue_behind:  # arrivals join before each step starts
-        waiting = len(scheduler.waiting)
-        num_waiting = [waiting + joined for joined in arrivals.joined_by(starts)]
+        num_waiting = arrivals.joined_by(starts, len(scheduler.waiting))
     else:
         num_waiting = [len(scheduler.waiting)] * span
     columns = dict(

@@ -94,7 +94,7 @@ def hybrid_fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, n
     step_tokens = [_ONE_TOKEN] * num_seqs  # each one's KV token in a step (its id unread)
     waiting = len(scheduler.waiting)
     if waiting:  # arrivals queue behind the head before each step starts
-        num_waiting = [waiting + joined for joined in arrivals.joined_by(clock[:span])]
+        num_waiting = arrivals.joined_by(clock[:span], waiting)
     else:
         num_waiting = [0] * span
     pool = manager.pool

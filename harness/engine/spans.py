@@ -36,16 +36,17 @@ class Arrivals:
     def next_time(self) -> float | None:
         return self.times[self.next] if self.next < len(self.times) else None
 
-    def joined_by(self, starts: list[float]) -> list[int]:
+    def joined_by(self, starts: list[float], waiting: int = 0) -> list[int]:
         """[len(starts)]: requests that join the waiting queue before a step starting at each
-        time (``starts`` ascending; the engine takes arrivals at or before a step's start).
+        time (``starts`` ascending; the engine takes arrivals at or before a step's start),
+        plus ``waiting`` (those queued already: the steps' ``num_waiting``).
 
         NOTE: a span's steps outnumber its arrivals many times over, so the counts are
         filled run by run, between the steps that see a new arrival (found by bisection).
         """
         times, joins, first = self.times, self.joins, self.next
         end, span = len(times), len(starts)
-        base = joins[first]
+        base = joins[first] - waiting
         counts: list[int] = []
         step = 0  # the first step without a count
         arrived = bisect_right(times, starts[0], first)  # requests arrived by that step's start
