@@ -76,7 +76,8 @@ class BuddyArena:
     @staticmethod
     def taken_size(size: int) -> int:
         """Slots an allocation of ``size`` takes: the next power of two."""
-        _check_size(size)
+        if type(size) is not int or size <= 0:  # (the common case without a call)
+            _check_size(size)
         return 1 << (size - 1).bit_length()
 
     def max_allocation(self) -> int:
