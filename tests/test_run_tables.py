@@ -127,8 +127,9 @@ def test_phase_columns_are_the_rows_read_one_value_at_a_time():
     executor = SimExecutor.__new__(SimExecutor)  # (only the phase rows are read)
     executor.operator, executor.offload_load = True, None
     for phase_rows in (rows, rows[:1], rows[-1:], []):
-        executor.phase_rows = phase_rows
+        executor.phase_rows = list(phase_rows)
         got = executor.phase_columns()
+        assert executor.phase_rows == []  # let go of as read
         assert list(got) == [f"{name}_s" for name in PHASES]
         for column, expected in zip(got.values(), phase_columns_row_by_row(phase_rows)):
             assert column.dtype == np.float64
