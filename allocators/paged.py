@@ -491,17 +491,9 @@ class PagedKVCacheManager:
                     if caching:
                         s.tail.append(token)
                 else:
-                    need = self._together_need(s, 1)
-                    if need < 0:  # the general path, after the appends before it
-                        self._grow_together(growing)
-                        if not self._append_general(seq_id, (token,), copies):
-                            break
-                        free = self.pool.num_free
-                    elif need > free:
+                    free = self._queue_growth(seq_id, s, (token,), growing, free, copies)
+                    if free < 0:
                         break
-                    else:
-                        free -= need
-                        growing.append((seq_id, s, (token,), need))
                 done += 1
         finally:
             self._count_inline(in_block)
@@ -537,17 +529,9 @@ class PagedKVCacheManager:
                         else:
                             extend_tokens(s.tail, tokens)
                 else:
-                    need = self._together_need(s, k)
-                    if need < 0:  # the general path, after the appends before it
-                        self._grow_together(growing)
-                        if not self._append_general(seq_id, tokens, copies):
-                            break
-                        free = self.pool.num_free
-                    elif need > free:
+                    free = self._queue_growth(seq_id, s, tokens, growing, free, copies)
+                    if free < 0:
                         break
-                    else:
-                        free -= need
-                        growing.append((seq_id, s, tokens, need))
                 done += 1
         finally:
             self._count_inline(in_block)
@@ -568,6 +552,24 @@ class PagedKVCacheManager:
             return False
         copies.extend(grown)
         return True
+
+    def _queue_growth(self, seq_id: int, s: _Seq | None, tokens: Sequence[int],
+                      growing: list[tuple[int, _Seq, Sequence[int], int]], free: int,
+                      copies: list[tuple[int, int]]) -> int:
+        """A batch form's append outside the inline path: queued in ``growing`` for
+        ``_grow_together`` when it may do it, else committed through ``append`` after the
+        queued ones. Returns the free blocks not promised to ``growing`` after it, or -1
+        (nothing changed for it) when short."""
+        need = self._together_need(s, len(tokens))
+        if need < 0:  # the general path, after the appends before it
+            self._grow_together(growing)
+            if not self._append_general(seq_id, tokens, copies):
+                return -1
+            return self.pool.num_free
+        if need > free:
+            return -1
+        growing.append((seq_id, s, tokens, need))
+        return free - need
 
     def _together_need(self, s: _Seq | None, k: int) -> int:
         """The new blocks appending ``k`` tokens to ``s`` takes, when ``_grow_together`` may

@@ -160,19 +160,8 @@ def _price(executor, computed: list[int], num_seqs: int, span: int, now: float,
 def _head_need(scheduler: Scheduler) -> tuple[int, set[int]]:
     """The free blocks admitting the waiting head (refused for memory) would take, and the
     blocks of its prefix hit: ``Scheduler._refused_for_memory``'s question, kept as figures."""
-    group = scheduler.waiting[0]
     budget = scheduler.spec.max_num_batched_tokens - scheduler.num_running_seqs
-    seq = group.seqs[0] if group.seqs else None
-    if seq is not None:  # restarted after a preemption: prompt and generated tokens
-        total = seq.num_tokens
-        tokens = seq.token_ids(0, total)
-    else:
-        tokens = group.request.prompt_token_ids
-        total = len(tokens)
-    target = total
-    if scheduler.spec.chunked_prefill:  # as _admit: only uncached tokens count against it
-        cached = scheduler.manager.cached_prefix_tokens(tokens) if total > budget else 0
-        target = min(total, cached + budget)
+    tokens, target = scheduler.admission_target(scheduler.waiting[0], budget)
     return scheduler.manager.admission_need(tokens, target)
 
 

@@ -27,11 +27,15 @@ from array import array
 from bisect import insort_right
 from collections import deque
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from pagebench.allocators.base import KVCacheManager
 from harness.config.specs import EngineSpec
 from harness.engine.plan import ScheduledChunk, StepPlan
 from harness.engine.sequence import SYNTHETIC_TOKEN_BASE, Sequence, SequenceGroup
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _ORDER = attrgetter("order")  # the bisection's key, read in C
 
@@ -397,6 +401,13 @@ class Scheduler:
         tokens left? (The caller has checked ``max_num_seqs`` and the budget.)"""
         if group.width != 1:
             return False  # NOTE: its forks may need memory too: only admitting it tells
+        tokens, target = self.admission_target(group, budget)
+        return not self.manager.can_admit(tokens, group.request.kv_len, target)
+
+    def admission_target(self, group: SequenceGroup, budget: int) -> tuple[np.ndarray, int]:
+        """The tokens admitting the single-sequence ``group`` starts from (its prompt, or
+        prompt and generated tokens after a preemption by recompute) and how many of them
+        it would hold after this step with ``budget`` tokens left (as ``_admit``)."""
         seq = group.seqs[0] if group.seqs else None
         if seq is not None:  # restarted after a preemption: prompt and generated tokens
             total = seq.num_tokens
@@ -408,7 +419,7 @@ class Scheduler:
         if self.spec.chunked_prefill:  # as _admit: only uncached tokens count against it
             cached = self.manager.cached_prefix_tokens(tokens) if total > budget else 0
             target = min(total, cached + budget)
-        return not self.manager.can_admit(tokens, group.request.kv_len, target)
+        return tokens, target
 
     # ------------------------------------------------------------- postprocess
     def postprocess(self, plan: StepPlan, now: float,
