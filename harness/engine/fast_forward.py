@@ -34,8 +34,8 @@ from pagebench.allocators.base import PagedBulkDecode
 from harness.engine.fast_forward_hybrid import hybrid_fast_forward
 from harness.engine.plan import StepPlan
 from harness.engine.scheduler import Scheduler
-from harness.engine.sequence import Sequence, SequenceGroup, decode_synthetic, kv_span
-from harness.engine.spans import MAX_SPAN, PRICE_WINDOW, Advance, Arrivals
+from harness.engine.sequence import Sequence, SequenceGroup, decode_synthetic
+from harness.engine.spans import MAX_SPAN, PRICE_WINDOW, Advance, Arrivals, DecodingBatch
 from harness.metrics.summaries import RunRecorder
 
 # Shorter spans run step by step (1: even one bulk step costs less than a scheduled one).
@@ -83,28 +83,11 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     memory_blocked = scheduler.admission_while_decoding(freed_memory) if freed_memory else False
     if memory_blocked is None:
         return None  # the next step may admit
-    seqs: list[Sequence] = []  # [num_seqs] the running sequences, in running order
-    generated: list[int] = []  # [num_seqs] tokens each has generated
-    computed: list[int] = []  # [num_seqs] = its KV slots written
-    remaining_list: list[int] = []  # [num_seqs] tokens left to generate
-    workload_tokens: list[int] = []  # which ones generate tokens the workload gives
-    # (bound once: the loop runs once per running sequence)
-    add_seq, add_generated = seqs.append, generated.append
-    add_computed, add_remaining = computed.append, remaining_list.append
-    for group in scheduler.running:
-        if group.request.beam_width > 1:
-            return None  # beams are re-selected every step
-        for seq in group.seqs:
-            g = len(seq.generated)
-            c = seq.num_computed
-            if c != seq.prompt_len + g - 1 or not g:
-                return None  # still prefilling (or has not sampled its first token)
-            if seq.synthetic_offset < 0:
-                workload_tokens.append(len(seqs))
-            add_seq(seq)
-            add_generated(g)
-            add_computed(c)
-            add_remaining(seq.output_len - g)
+    batch = DecodingBatch.of(scheduler)
+    if batch is None:
+        return None  # beams, or a sequence still prefilling
+    seqs, generated, computed = batch.seqs, batch.generated, batch.computed
+    remaining_list, workload_tokens = batch.remaining, batch.workload_tokens
     num_seqs = len(seqs)
     if not freed_memory:
         memory_blocked = scheduler.admission_while_decoding(freed_memory)
@@ -151,7 +134,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     keyed = paged and manager.capabilities.prefix_cache
     shared_keys = workload_tokens if keyed else []
     if shared_keys and scheduler.waiting:
-        kv_tokens = _kv_tokens(seqs, generated, span)
+        kv_tokens = batch.kv_tokens(span)
         grow = _first_prefix_growth(scheduler, manager, seqs, shared_keys, kv_tokens, computed, bs)
         if grow is not None and grow <= span:
             span = grow - 1  # that step's schedule may admit: run it normally
@@ -255,11 +238,6 @@ def _finishing_groups(seqs: list[Sequence], remaining: list[int], span: int
         groups[seqs[at].group] = None
     return list(groups)
 
-
-def _kv_tokens(seqs: list[Sequence], generated: list[int], span: int) -> list[range | list[int]]:
-    """Each sequence's tokens whose KV the next ``span`` steps write (``kv_span``)."""
-    return [kv_span(seq.generated[-1], seq.synthetic_tokens(first, span))
-            for seq, first in zip(seqs, generated)]
 
 
 def _first_prefix_growth(scheduler: Scheduler, manager: PagedBulkDecode, seqs: list[Sequence],

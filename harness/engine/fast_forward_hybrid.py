@@ -38,8 +38,8 @@ from bisect import bisect_left
 from itertools import accumulate
 
 from harness.engine.scheduler import Scheduler
-from harness.engine.sequence import Sequence, SequenceGroup, decode_synthetic, kv_span
-from harness.engine.spans import MAX_SPAN, PRICE_WINDOW, Advance, Arrivals
+from harness.engine.sequence import SequenceGroup, decode_synthetic
+from harness.engine.spans import MAX_SPAN, PRICE_WINDOW, Advance, Arrivals, DecodingBatch
 from harness.metrics.summaries import RunRecorder
 
 _ONE_TOKEN = (0,)  # a step's KV token when no prefix cache reads its id
@@ -51,28 +51,14 @@ def hybrid_fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, n
     plainly, or return None (nothing done). ``fast_forward``'s contract (its checks on
     the next arrival and the token budget already made)."""
     manager = scheduler.manager
-    seqs: list[Sequence] = []
-    seq_ids: list[int] = []
-    generated: list[int] = []  # tokens each has generated
-    computed: list[int] = []  # = its KV slots written
-    remaining: list[int] = []  # tokens left to generate
-    workload_tokens = False  # some sequence generates tokens the workload gives
-    for group in scheduler.running:
-        if group.request.beam_width > 1:
-            return None  # beams are re-selected every step
-        for seq in group.seqs:
-            g = len(seq.generated)
-            c = seq.num_computed
-            if c != seq.prompt_len + g - 1 or not g:
-                return None  # still prefilling (or has not sampled its first token)
-            if not manager.can_append_without_copy(seq.seq_id):
-                return None  # a shared partial block is copied first
-            workload_tokens |= seq.synthetic_offset < 0
-            seqs.append(seq)
-            seq_ids.append(seq.seq_id)
-            generated.append(g)
-            computed.append(c)
-            remaining.append(seq.output_len - g)
+    batch = DecodingBatch.of(scheduler)
+    if batch is None:
+        return None  # beams, or a sequence still prefilling
+    seqs, generated, computed, remaining = batch.seqs, batch.generated, batch.computed, batch.remaining
+    seq_ids = [seq.seq_id for seq in seqs]
+    if not all(map(manager.can_append_without_copy, seq_ids)):
+        return None  # a shared partial block is copied first
+    workload_tokens = bool(batch.workload_tokens)  # some generate tokens the workload gives
     keyed = manager.capabilities.prefix_cache
     if keyed and workload_tokens and scheduler.waiting:
         return None  # a decode block may extend the waiting head's prefix hit
@@ -90,7 +76,7 @@ def hybrid_fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, n
     taken, dropped = manager.decode_span_events(seq_ids, span)  # [span] each
 
     # The steps, one by one, while the scheduler would run each as a plain decode step.
-    kv_tokens = _kv_tokens(seqs, generated, span) if keyed else None  # [num_seqs] of [span]
+    kv_tokens = batch.kv_tokens(span) if keyed else None  # [num_seqs] of [span]
     step_tokens = [_ONE_TOKEN] * num_seqs  # each one's KV token in a step (its id unread)
     waiting = len(scheduler.waiting)
     if waiting:  # arrivals queue behind the head before each step starts
@@ -164,8 +150,3 @@ def _head_need(scheduler: Scheduler) -> tuple[int, set[int]]:
     tokens, target = scheduler.admission_target(scheduler.waiting[0], budget)
     return scheduler.manager.admission_need(tokens, target)
 
-
-def _kv_tokens(seqs: list[Sequence], generated: list[int], span: int) -> list:
-    """Each sequence's tokens whose KV the next ``span`` steps write (``kv_span``)."""
-    return [kv_span(seq.generated[-1], seq.synthetic_tokens(first, span))
-            for seq, first in zip(seqs, generated)]

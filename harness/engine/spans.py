@@ -1,5 +1,6 @@
 """What a fast-forward span works with, for every manager's span path (``fast_forward``,
-``fast_forward_hybrid``): the requests yet to arrive, the span limits, and what one call did."""
+``fast_forward_hybrid``): the requests yet to arrive, the span limits, the decoding batch a
+span starts from, and what one call did."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
 
-from harness.engine.sequence import SequenceGroup
+from typing import TYPE_CHECKING
+
+from harness.engine.sequence import Sequence, SequenceGroup, kv_span
+
+if TYPE_CHECKING:
+    from harness.engine.scheduler import Scheduler
 
 MAX_SPAN = 4096
 PRICE_WINDOW = 64  # steps priced before looking further for the next arrival
@@ -69,3 +75,49 @@ class Advance:
     now: float  # the clock after the last step of the span
     finished: list[SequenceGroup]  # groups that finished in the last step, in running order
     may_continue: bool  # the span ended only because requests finished: try another
+
+
+@dataclass
+class DecodingBatch:
+    """The running sequences when every one of them decodes (the start of a span), in
+    running order; each list is ``[num_seqs]``."""
+
+    seqs: list[Sequence]
+    generated: list[int]  # tokens each has generated
+    computed: list[int]  # = its KV slots written
+    remaining: list[int]  # tokens left to generate
+    workload_tokens: list[int]  # the indices of those generating tokens the workload gives
+
+    @classmethod
+    def of(cls, scheduler: "Scheduler") -> "DecodingBatch | None":
+        """The batch, or None when a group searches beams (re-selected every step) or a
+        sequence still prefills (or has not sampled its first token)."""
+        seqs: list[Sequence] = []
+        generated: list[int] = []
+        computed: list[int] = []
+        remaining: list[int] = []
+        workload_tokens: list[int] = []
+        # (bound once: the loop runs once per running sequence)
+        add_seq, add_generated = seqs.append, generated.append
+        add_computed, add_remaining = computed.append, remaining.append
+        for group in scheduler.running:
+            if group.request.beam_width > 1:
+                return None
+            for seq in group.seqs:
+                g = len(seq.generated)
+                c = seq.num_computed
+                if c != seq.prompt_len + g - 1 or not g:
+                    return None
+                if seq.synthetic_offset < 0:
+                    workload_tokens.append(len(seqs))
+                add_seq(seq)
+                add_generated(g)
+                add_computed(c)
+                add_remaining(seq.output_len - g)
+        return cls(seqs, generated, computed, remaining, workload_tokens)
+
+    def kv_tokens(self, span: int) -> list[range | list[int]]:
+        """[num_seqs]: each sequence's tokens whose KV the next ``span`` steps write
+        (``kv_span``); read before the span's tokens are added."""
+        return [kv_span(seq.generated[-1], seq.synthetic_tokens(first, span))
+                for seq, first in zip(self.seqs, self.generated)]

@@ -107,18 +107,18 @@ def _column(values: list) -> np.ndarray:
     ``np.asarray``'s way.
     """
     if values:
-        code = _ARRAY_CODES.get(type(values[0]))
-        if code is not None:
+        kind = _ARRAY_KINDS.get(type(values[0]))
+        if kind is not None:
+            code, dtype = kind
             try:
-                return np.frombuffer(array(code, values), dtype=_ARRAY_DTYPES[code])
+                return np.frombuffer(array(code, values), dtype=dtype)
             except (TypeError, OverflowError):
                 pass
     return np.asarray(values)
 
 
-# the array.array type code of a list that starts with an int or a float, and its dtype
-_ARRAY_CODES = {int: "q", float: "d"}
-_ARRAY_DTYPES = {"q": np.int64, "d": np.float64}
+# the array.array type code and the dtype of a list that starts with an int or a float
+_ARRAY_KINDS = {int: ("q", np.int64), float: ("d", np.float64)}
 
 
 def _float_column(values) -> np.ndarray:
