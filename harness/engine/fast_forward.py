@@ -144,8 +144,8 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     durations, starts, end_time = durations[:span], clock[:span], clock[span]
     finishing = span == first_finish  # the last step finishes requests
 
-    # The span's step rows, in closed form from the breakdown now (plain lists and ranges:
-    # the columns are cheaper that way than as arrays; the recorder's lists extend by them).
+    # The span's step rows, in closed form from the breakdown now: each column one number
+    # (every step's), a range or a list (``RunRecorder.record_span``).
     base = manager.breakdown(memory_blocked)
     last = num_seqs * span  # tokens appended by the end of the span, all sequences
     token_states = range(base.token_states + num_seqs, base.token_states + last + 1, num_seqs)
@@ -161,28 +161,26 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         free = [base.capacity_slots - slots for slots in allocated]
         largest_free = free
     else:
-        allocated = [base.allocated_slots] * span
+        allocated = base.allocated_slots
         reserved = range(base.reserved - num_seqs, base.reserved - last - 1, -num_seqs)
-        rounding = [base.internal_rounding] * span
-        cached_free = [base.cached_free_slots] * span
-        largest_free = [base.largest_free_extent] * span
-        free = [base.capacity_slots - base.allocated_slots] * span
-    zeros = [0] * span
-    batch = [num_seqs] * span  # (one token per sequence)
+        rounding = base.internal_rounding
+        cached_free = base.cached_free_slots
+        largest_free = base.largest_free_extent
+        free = base.capacity_slots - base.allocated_slots
     if queue_behind:  # arrivals join before each step starts
         num_waiting = arrivals.joined_by(starts, len(scheduler.waiting))
     else:
-        num_waiting = [len(scheduler.waiting)] * span
+        num_waiting = len(scheduler.waiting)
     columns = dict(
         time_s=starts, duration_s=durations,
-        num_seqs=batch, num_batched_tokens=batch,
-        num_prefill_tokens=zeros, num_waiting=num_waiting,
-        num_preempted=zeros, token_states=token_states, reserved=reserved,
-        internal_over_reservation=[base.internal_over_reservation] * span,
+        num_seqs=num_seqs, num_batched_tokens=num_seqs,  # (one token per sequence)
+        num_prefill_tokens=0, num_waiting=num_waiting,
+        num_preempted=0, token_states=token_states, reserved=reserved,
+        internal_over_reservation=base.internal_over_reservation,
         internal_rounding=rounding,
-        internal_page_padding=[base.internal_page_padding] * span,
-        external_fragmentation=free if memory_blocked else zeros,
-        idle=zeros if memory_blocked else free,
+        internal_page_padding=base.internal_page_padding,
+        external_fragmentation=free if memory_blocked else 0,
+        idle=0 if memory_blocked else free,
         logical_tokens=logical, allocated_slots=allocated,
         largest_free_extent=largest_free, cached_free_slots=cached_free,
     )
@@ -214,11 +212,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     finished: list[SequenceGroup] = []
     if finishing:  # the groups of the sequences done now (all of a group's: no beams here)
         finished = scheduler.finish_decoded(end_time, _finishing_groups(seqs, remaining_list, span))
-    rows = recorder.steps  # NOTE: columns appended in place (RunRecorder.steps: lists)
-    first_row = len(rows["step"])
-    rows["step"].extend(range(first_row, first_row + span))
-    for name, values in columns.items():
-        rows[name].extend(values)
+    recorder.record_span(span, columns)
     may_continue = finishing and bool(finished) and not arrived and scheduler.num_running_seqs > 0
     return Advance(end_time, finished, may_continue)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pagebench.allocators.base import MemoryBreakdown
+from harness.metrics.step_spans import StepSpans
 
 # Per-step columns, in table order.
 STEP_COLUMNS = (
@@ -35,10 +36,16 @@ _memory_row = attrgetter(*MEMORY_STEP_COLUMNS)
 
 @dataclass
 class RunRecorder:
-    """Collects one row per engine step and one per request, column-wise (cheap appends)."""
+    """Collects one row per engine step and one per request, column-wise (cheap appends).
+
+    NOTE: a fast-forwarded span's rows are one record in ``spans`` (``record_span``): its
+    steps are in ``steps["step"]``, but not in ``steps``' other columns; ``step_table``
+    lays them in.
+    """
 
     capacity_slots: int
     steps: dict[str, list] = field(default_factory=lambda: {c: [] for c in STEP_COLUMNS})
+    spans: StepSpans = field(default_factory=lambda: StepSpans(STEP_COLUMNS[1:]))
     requests: list[tuple] = field(default_factory=list)
     # Columns after STEP_COLUMNS, one value per step: the operator cost model's seconds per
     # phase (``<phase>_s``, harness.engine.cost_operator.PHASES), set after the run
@@ -66,6 +73,14 @@ class RunRecorder:
         if memory.group_blocks:
             self.group_blocks.append(memory.group_blocks)
 
+    def record_span(self, span: int, columns: dict) -> None:
+        """The rows of ``span`` fast-forwarded steps: ``columns`` gives each step column but
+        ``step`` as one number (every step's), a range or a list of ``span`` values."""
+        steps = self.steps["step"]
+        first = len(steps)
+        steps.extend(range(first, first + span))
+        self.spans.add(first, span, columns)
+
     def record_request(self, row: tuple) -> None:
         self.requests.append(row)
 
@@ -81,6 +96,8 @@ class RunRecorder:
     def step_table(self) -> pd.DataFrame:
         # NOTE: numpy converts the lists ~10x faster than pandas does
         columns = {name: _column(self.steps[name]) for name in STEP_COLUMNS}
+        if self.spans:
+            columns = self.spans.merge(columns, _column)
         columns.update((name, _float_column(values)) for name, values in self.extra.items())
         if self.group_blocks:
             if len(self.group_blocks) != len(self.steps["step"]):  # pragma: no cover - invariant

@@ -1,0 +1,93 @@
+"""Fast-forwarded spans' step rows, kept as one record per span while the engine runs and
+laid into the step table's columns in bulk when the table is built.
+
+A span of K steady decode steps has K rows whose figures are mostly constant or move by
+a fixed amount per step (``harness.engine.fast_forward``). Extending the recorder's column
+lists by K values each (18 columns) was about a sixth of a contiguous system's
+fast-forward time on the Azure conv replay (spans of ~16 steps); as one value per column
+and span, each column is filled at table time at once with numpy (a repeat, a ramp, or
+its lists end to end).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import Callable
+
+import numpy as np
+
+
+class StepSpans:
+    """The rows of fast-forwarded spans: for each span its first row and its steps, and
+    per step column (all but ``step``) one value: a number (every step's), or a range or a
+    list of the span's values."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.firsts: list[int] = []  # [spans] the row of each one's first step
+        self.sizes: list[int] = []  # [spans] steps
+        self.columns: dict[str, list] = {name: [] for name in names}  # each [spans]
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def add(self, first: int, span: int, columns: dict) -> None:
+        """A span of ``span`` steps from row ``first``; ``columns``: one value per column."""
+        self.firsts.append(first)
+        self.sizes.append(span)
+        mine = self.columns
+        for name, value in columns.items():
+            mine[name].append(value)
+
+    def merge(self, columns: dict[str, np.ndarray], convert: Callable[[list], np.ndarray]
+              ) -> dict[str, np.ndarray]:
+        """The step table's columns: ``columns`` holds every row's ``step`` and, for each
+        other column, the values of the rows recorded one by one, in row order (the rows
+        outside the spans); the spans' rows are laid in between. ``convert``: a list of
+        Python numbers to its array (the recorder's own conversion, so that a column's
+        dtype is the one a list of all its values gives)."""
+        steps = len(columns["step"])
+        lengths = np.array(self.sizes, dtype=np.int64)  # [spans]
+        total = int(lengths.sum())
+        offsets = np.cumsum(lengths) - lengths  # [spans]: each span's first among the values
+        # [total]: each span value's step within its span, and its row of the table
+        within = np.arange(total, dtype=np.int64) - np.repeat(offsets, lengths)
+        span_rows = np.repeat(np.array(self.firsts, dtype=np.int64), lengths) + within
+        single = np.ones(steps, dtype=bool)  # [steps]: the rows recorded one by one
+        single[span_rows] = False
+        merged = {"step": columns["step"]}
+        for name, single_values in columns.items():
+            if name == "step":
+                continue
+            values = self.columns[name]
+            if len(values) != len(lengths) or len(single_values) != steps - total:
+                raise RuntimeError(f"step column {name}: {len(values)} spans of "  # invariant
+                                   f"{len(lengths)}, {len(single_values)} single rows of "
+                                   f"{steps - total}")
+            laid = _span_values(values, lengths, within, convert)  # [total]
+            dtype = np.result_type(single_values, laid) if len(single_values) else laid.dtype
+            column = np.empty(steps, dtype=dtype)
+            column[single] = single_values
+            column[span_rows] = laid
+            merged[name] = column
+        return merged
+
+
+def _span_values(values: list, lengths: np.ndarray, within: np.ndarray,
+                 convert: Callable[[list], np.ndarray]) -> np.ndarray:
+    """[sum(lengths)]: one column's values over the spans, span after span."""
+    kinds = set(map(type, values))
+    if kinds == {range}:  # start + step * (its step within the span)
+        starts = convert([r.start for r in values])
+        strides = convert([r.step for r in values])
+        return np.repeat(starts, lengths) + np.repeat(strides, lengths) * within
+    if not kinds & {range, list}:  # a number per span: repeated over its steps
+        return np.repeat(convert(values), lengths)
+    if kinds == {list}:
+        return convert(list(chain.from_iterable(values)))
+    flat: list = []  # a mix: the lists and ranges end to end, each number repeated
+    for value, count in zip(values, lengths.tolist()):
+        if isinstance(value, (list, range)):
+            flat += value
+        else:
+            flat += [value] * count
+    return convert(flat)
