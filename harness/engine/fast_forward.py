@@ -120,7 +120,8 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
 
     if paged:  # per step: the blocks it takes, and how reserved and rounding slots move
         bs = manager.block_size
-        news, reserved_moves, rounding_moves = _paged_span_events(computed, remaining_list, bs, span)
+        news, reserved_moves, rounding_moves, block_steps = _paged_span_events(
+            computed, remaining_list, bs, span)
         taken = list(accumulate(news))  # [span] blocks taken by the end of each step
         free_blocks = manager.num_free_blocks
         if taken[-1] > free_blocks:
@@ -202,7 +203,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     elif paged or not manager.advance_all(span, num_seqs):
         timed = residency is not None and taken[-1] > 0  # (no block taken: no time to give)
         if timed:  # the blocks' times, as the step-by-step run takes them
-            residency.span(*_allocation_times(computed, news, bs, starts))
+            residency.span(*_allocation_times(news, block_steps, starts))
         if manager.append_batch([seq.seq_id for seq in seqs], kv_tokens, []) < num_seqs:
             # NOTE: every new key is unique: the order of the appends does not matter
             raise RuntimeError("fast-forward: append failed after the memory check")  # invariant
@@ -303,23 +304,24 @@ def _written(computed: list[int], span: int) -> np.ndarray:
             + np.arange(1, span + 1, dtype=np.int64)[None, :])
 
 
-def _allocation_times(computed: list[int], news: list[int], bs: int, starts: list[float]
+def _allocation_times(news: list[int], block_steps: list[int], starts: list[float]
                       ) -> tuple[list[float], list[float]]:
     """The start times of a span's block allocations (an append that starts a block), in
     step order (then running order: the step-by-step run's pops) and in sequence order
-    (``append_batch``'s: each sequence's blocks by step). ``news``: the blocks each step
-    takes (``_paged_span_events``); a sequence at ``c`` tokens starts one at each step
-    ``j`` (0-based) with ``(c + j) % bs == 0``. In Python: a span is a few steps."""
+    (``append_batch``'s: each sequence's blocks by step). ``news`` and ``block_steps``:
+    ``_paged_span_events``' (of a span that may have been cut to ``len(starts)`` steps
+    since). In Python: a span is a few steps."""
     span = len(starts)
     in_steps = [start for start, count in zip(starts, news) for _ in range(count)]
-    by_sequence = [starts[j] for c in computed for j in range((-c) % bs, span, bs)]
+    by_sequence = [starts[j] for j in block_steps if j < span]
     return in_steps, by_sequence
 
 
 def _paged_span_events(computed: list[int], remaining: list[int], bs: int, span: int
-                       ) -> tuple[list[int], list[int], list[int]]:
+                       ) -> tuple[list[int], list[int], list[int], list[int]]:
     """Per step of a span (``[span]`` each): the blocks the sequences take, and the change
-    of their reserved and rounding slots (those of each one's partial last block).
+    of their reserved and rounding slots (those of each one's partial last block); then
+    the step (0-based) of each block taken, sequence by sequence.
 
     A sequence at ``c`` tokens (final length ``f = c + remaining``) takes a block at the
     appends that start one: steps ``(-c) % bs + 1``, then every ``bs``. There its partial
@@ -331,6 +333,7 @@ def _paged_span_events(computed: list[int], remaining: list[int], bs: int, span:
     news = [0] * span
     reserved = [-len(computed)] * span
     rounding = [0] * span
+    block_steps: list[int] = []
     for c, left in zip(computed, remaining):
         first = (-c) % bs  # 0-based step: append j + 1 writes position c + j
         if first >= span:
@@ -343,4 +346,5 @@ def _paged_span_events(computed: list[int], remaining: list[int], bs: int, span:
             news[j] += 1
             reserved[j] += target  # (target - 1) + the 1 counted as written above
             rounding[j] += bs - target
-    return news, reserved, rounding
+            block_steps.append(j)
+    return news, reserved, rounding, block_steps

@@ -11,7 +11,7 @@ its lists end to end).
 
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, compress
 from typing import Callable
 
 import numpy as np
@@ -82,12 +82,16 @@ def _span_values(values: list, lengths: np.ndarray, within: np.ndarray,
         return np.repeat(starts, lengths) + np.repeat(strides, lengths) * within
     if not kinds & {range, list}:  # a number per span: repeated over its steps
         return np.repeat(convert(values), lengths)
-    if kinds == {list}:
+    if kinds <= {range, list}:  # laid end to end
         return convert(list(chain.from_iterable(values)))
-    flat: list = []  # a mix: the lists and ranges end to end, each number repeated
-    for value, count in zip(values, lengths.tolist()):
-        if isinstance(value, (list, range)):
-            flat += value
-        else:
-            flat += [value] * count
-    return convert(flat)
+    # lists and ranges (laid end to end) among numbers (each repeated over its span)
+    listed = [isinstance(value, (list, range)) for value in values]  # [spans]
+    laid = convert(list(chain.from_iterable(compress(values, listed))))
+    numbers = [value for value, is_list in zip(values, listed) if not is_list]
+    listed_array = np.array(listed)
+    repeated = np.repeat(convert(numbers), lengths[~listed_array])
+    in_lists = np.repeat(listed_array, lengths)  # [sum(lengths)]
+    merged = np.empty(len(in_lists), dtype=np.result_type(laid, repeated))
+    merged[in_lists] = laid
+    merged[~in_lists] = repeated
+    return merged
