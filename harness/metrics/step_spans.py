@@ -4,14 +4,15 @@ laid into the step table's columns in bulk when the table is built.
 A span of K steady decode steps has K rows whose figures are mostly constant or move by
 a fixed amount per step (``harness.engine.fast_forward``). Extending the recorder's column
 lists by K values each (18 columns) was about a sixth of a contiguous system's
-fast-forward time on the Azure conv replay (spans of ~16 steps); as one value per column
-and span, each column is filled at table time at once with numpy (a repeat, a ramp, or
-its lists end to end).
+fast-forward time on the Azure conv replay (spans of ~16 steps); as one number or range
+per column and span, each column is filled at table time at once with numpy (a repeat or
+a ramp). A column given as a list (the clock, a paged span's block figures) is extended
+right away, while its values are in the CPU's cache: laid later, it cost more.
 """
 
 from __future__ import annotations
 
-from itertools import chain, compress
+from itertools import compress
 from typing import Callable
 
 import numpy as np
@@ -19,23 +20,29 @@ import numpy as np
 
 class StepSpans:
     """The rows of fast-forwarded spans: for each span its first row and its steps, and
-    per step column (all but ``step``) one value: a number (every step's), or a range or a
-    list of the span's values."""
+    per step column (all but ``step``) one value: a number (every step's), a range of the
+    span's values, or None when they were a list (in the column's ``listed`` values)."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.firsts: list[int] = []  # [spans] the row of each one's first step
         self.sizes: list[int] = []  # [spans] steps
         self.columns: dict[str, list] = {name: [] for name in names}  # each [spans]
+        # each column's values given as lists, span after span
+        self.listed: dict[str, list] = {name: [] for name in names}
 
     def __len__(self) -> int:
         return len(self.sizes)
 
     def add(self, first: int, span: int, columns: dict) -> None:
-        """A span of ``span`` steps from row ``first``; ``columns``: one value per column."""
+        """A span of ``span`` steps from row ``first``; ``columns``: each one's value, a
+        number (every step's), or a range or a list of ``span`` values."""
         self.firsts.append(first)
         self.sizes.append(span)
-        mine = self.columns
+        mine, listed = self.columns, self.listed
         for name, value in columns.items():
+            if type(value) is list:
+                listed[name].extend(value)
+                value = None
             mine[name].append(value)
 
     def merge(self, columns: dict[str, np.ndarray], convert: Callable[[list], np.ndarray]
@@ -63,7 +70,7 @@ class StepSpans:
                 raise RuntimeError(f"step column {name}: {len(values)} spans of "  # invariant
                                    f"{len(lengths)}, {len(single_values)} single rows of "
                                    f"{steps - total}")
-            laid = _span_values(values, lengths, within, convert)  # [total]
+            laid = _span_values(values, self.listed[name], lengths, within, convert)  # [total]
             dtype = np.result_type(single_values, laid) if len(single_values) else laid.dtype
             column = np.empty(steps, dtype=dtype)
             column[single] = single_values
@@ -72,26 +79,30 @@ class StepSpans:
         return merged
 
 
-def _span_values(values: list, lengths: np.ndarray, within: np.ndarray,
+def _span_values(values: list, listed: list, lengths: np.ndarray, within: np.ndarray,
                  convert: Callable[[list], np.ndarray]) -> np.ndarray:
-    """[sum(lengths)]: one column's values over the spans, span after span."""
+    """[sum(lengths)]: one column's values over the spans, span after span (``values``:
+    ``StepSpans.columns``', ``listed``: ``StepSpans.listed``')."""
     kinds = set(map(type, values))
+    if kinds == {type(None)}:  # all lists
+        return convert(listed)
     if kinds == {range}:  # start + step * (its step within the span)
         starts = convert([r.start for r in values])
         strides = convert([r.step for r in values])
         return np.repeat(starts, lengths) + np.repeat(strides, lengths) * within
-    if not kinds & {range, list}:  # a number per span: repeated over its steps
+    if not kinds & {range, type(None)}:  # a number per span: repeated over its steps
         return np.repeat(convert(values), lengths)
-    if kinds <= {range, list}:  # laid end to end
-        return convert(list(chain.from_iterable(values)))
-    # lists and ranges (laid end to end) among numbers (each repeated over its span)
-    listed = [isinstance(value, (list, range)) for value in values]  # [spans]
-    laid = convert(list(chain.from_iterable(compress(values, listed))))
-    numbers = [value for value, is_list in zip(values, listed) if not is_list]
-    listed_array = np.array(listed)
-    repeated = np.repeat(convert(numbers), lengths[~listed_array])
-    in_lists = np.repeat(listed_array, lengths)  # [sum(lengths)]
-    merged = np.empty(len(in_lists), dtype=np.result_type(laid, repeated))
-    merged[in_lists] = laid
-    merged[~in_lists] = repeated
+    # a mix (a few spans' numbers among lists, say): the others' values in Python
+    was_list = [value is None for value in values]  # [spans]
+    others: list = []
+    for value, count in zip(compress(values, [not x for x in was_list]),
+                            lengths[~np.array(was_list)].tolist()):
+        others += value if type(value) is range else [value] * count
+    from_lists, from_others = convert(listed), convert(others)
+    in_lists = np.repeat(np.array(was_list), lengths)  # [sum(lengths)]
+    # (the dtype of the parts that have values: an empty list converts to float64)
+    dtype = np.result_type(*(part for part in (from_lists, from_others) if len(part)))
+    merged = np.empty(len(in_lists), dtype=dtype)
+    merged[in_lists] = from_lists
+    merged[~in_lists] = from_others
     return merged
