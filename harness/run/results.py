@@ -24,13 +24,20 @@ def write_table(path: Path, frame: pd.DataFrame) -> None:
     NOTE: pyarrow's writer, about 8x faster than ``DataFrame.to_csv`` on step tables
     of 10^5-10^6 rows; floats keep their shortest round-trip form. It writes into the file
     as it goes: a whole table in memory first (a 58 MB bytes object on Azure, grown and
-    copied) cost as much CPU again as the writing.
+    copied) cost as much CPU again as the writing. A table of numbers (a step table) is
+    written by ``number_csv`` (the same bytes, in about a sixth less CPU).
     """
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
+    from harness.run.number_csv import is_number_table, write_number_csv
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
     with atomic_open(path) as handle:
-        pa_csv.write_csv(pa.Table.from_pandas(frame, preserve_index=False), handle)
+        if is_number_table(table):
+            write_number_csv(table, handle)
+        else:
+            pa_csv.write_csv(table, handle)
 
 
 def file_sha256(path: str | Path) -> str:
