@@ -68,6 +68,8 @@ class Scheduler:
         # preemptions recomputed although preemption=swap, by why
         self.swap_fallbacks = {"multi_sequence_group": 0, "cpu_swap_space_full": 0}
         self._maps_pages = manager.capabilities.maps_pages
+        # one decode token per sequence in one manager call (Capabilities.batched_decode)
+        self._batch_decode = manager.append_decode if manager.capabilities.batched_decode else None
         self._pages_seen = (0, 0)  # (mapped, unmapped) pages counted into earlier plans
         # The simulated time the next schedule()'s step starts at (the engine sets it): a
         # group that produces no token in that step records it (SequenceGroup.token_breaks)
@@ -106,7 +108,7 @@ class Scheduler:
         self._scheduled: set[int] = set()
         static_admission_open = not self.running and not self.swapped
 
-        batch_decode = self.manager.append_decode if self.manager.capabilities.batched_decode else None
+        batch_decode = self._batch_decode
         index = 0
         while index < len(self.running):
             if batch_decode is not None:
@@ -125,7 +127,7 @@ class Scheduler:
             if victim is group:
                 break
 
-        if plan.num_preempted == 0:
+        if plan.num_preempted == 0 and self.swapped:
             self._swap_in(plan)
         if plan.num_preempted == 0 and not self.swapped:
             if self.spec.scheduling == "continuous" or static_admission_open:
@@ -151,10 +153,9 @@ class Scheduler:
         seq_ids: list[int] = []
         tokens: list[int] = []
         starts: list[int] = []
-        # (bound once: the loop runs once per decoding sequence)
-        add_seq, add_id = seqs.append, seq_ids.append
-        add_token, add_start = tokens.append, starts.append
         prompt_ends = 0  # sequences whose one token is their prompt's last (nothing generated)
+        # NOTE: the loop runs once per decoding sequence; ``xs.append(x)`` is cheaper than
+        # a bound ``append`` kept in a local on Python 3.11 (a specialised call)
         for group in self.running[index:index + self._budget]:
             try:
                 (seq,) = group.seqs  # NOTE: a multi-sequence group raises (no len() per group)
@@ -164,14 +165,14 @@ class Scheduler:
             start = seq.num_computed
             if start != seq.prompt_len + len(generated) - 1:
                 break
-            add_seq(seq)
-            add_id(seq.seq_id)
+            seqs.append(seq)
+            seq_ids.append(seq.seq_id)
             if generated:
-                add_token(generated[-1])
+                tokens.append(generated[-1])
             else:
-                add_token(int(seq.prompt[-1]))
+                tokens.append(int(seq.prompt[-1]))
                 prompt_ends += 1
-            add_start(start)
+            starts.append(start)
         if not seqs:
             return index
         done = batch_decode(seq_ids, tokens, plan.copies)
@@ -200,7 +201,7 @@ class Scheduler:
             if copies is None:
                 return False
             plan.copies.extend(copies)
-            self._add_chunk(plan, ScheduledChunk(seq, start, start + count))
+            self._add_chunk(plan, seq, start, start + count)
         return True
 
     def _break_tokens(self, group: SequenceGroup) -> None:
@@ -219,10 +220,12 @@ class Scheduler:
         elif breaks[-1][1] != count:
             breaks.append((self.step_start, count))
 
-    def _add_chunk(self, plan: StepPlan, chunk: ScheduledChunk) -> None:
-        plan.add_chunk(chunk)
-        self._scheduled.add(chunk.seq.seq_id)
-        self._budget -= chunk.num_tokens
+    def _add_chunk(self, plan: StepPlan, seq: Sequence, start: int, end: int,
+                   members: tuple[Sequence, ...] = ()) -> None:
+        """Schedule positions [start, end) of ``seq`` (shared by ``members``) this step."""
+        plan.add_chunk(ScheduledChunk(seq, start, end, members))
+        self._scheduled.add(seq.seq_id)
+        self._budget -= end - start
 
     def _unschedule(self, group: SequenceGroup, plan: StepPlan) -> None:
         ids = {seq.seq_id for seq in group.seqs}
@@ -283,12 +286,15 @@ class Scheduler:
                 return
 
     def _admit(self, plan: StepPlan) -> None:
-        manager = self.manager
-        while self.waiting:
-            group = self.waiting[0]
+        manager, waiting = self.manager, self.waiting
+        max_num_seqs, chunked = self.spec.max_num_seqs, self.spec.chunked_prefill
+        while waiting:
+            group = waiting[0]
             width = group.width
-            if self.num_running_seqs + width > self.spec.max_num_seqs or self._budget <= 0:
+            budget = self._budget
+            if self.num_running_seqs + width > max_num_seqs or budget <= 0:
                 return
+            request = group.request
             restarted = bool(group.seqs)
             if restarted:  # after a preemption: its prompt and generated tokens
                 seq = group.seqs[0]
@@ -296,38 +302,29 @@ class Scheduler:
                 tokens = seq.token_ids(0, total)
             else:  # NOTE: its first Sequence is made once admitted (the head is often refused)
                 seq_id = self._next_seq_id
-                tokens = group.request.prompt_token_ids
+                tokens = request.prompt_token_ids
                 total = len(tokens)
             # Only tokens not served by the prefix cache count against the token budget.
-            cached_guess = manager.cached_prefix_tokens(tokens) if total > self._budget else 0
-            if width == 1 and self.spec.chunked_prefill:
-                target = min(total, cached_guess + self._budget)
-            elif total - cached_guess <= self._budget:
+            cached_guess = manager.cached_prefix_tokens(tokens) if total > budget else 0
+            if width == 1 and chunked:
+                target = min(total, cached_guess + budget)
+            elif total - cached_guess <= budget:
                 target = total
             else:
                 return
-            admission = manager.admit(seq_id, tokens, group.request.kv_len, target)
+            admission = manager.admit(seq_id, tokens, request.kv_len, target)
             if admission is None:
                 plan.memory_blocked = True
                 self._memory_refused = group
                 return
             if not restarted:
                 seq = self._new_seq(group)  # seq_id, as admitted
-            members: list[Sequence] = []
+            members: tuple[Sequence, ...] = ()
             if width > 1:
-                for _ in range(width - 1):
-                    child = self._new_seq(group)
-                    copies = manager.fork(seq.seq_id, child.seq_id, child.final_len)
-                    if copies is None:
-                        for other in [seq, *members]:
-                            manager.free(other.seq_id)
-                        group.next_lineage = 0
-                        plan.memory_blocked = True
-                        self._memory_refused = group
-                        return
-                    plan.copies.extend(copies)
-                    members.append(child)
-            self.waiting.popleft()
+                members = self._fork_members(group, seq, plan)
+                if members is None:
+                    return
+            waiting.popleft()
             group.seqs = [seq, *members]
             cached = admission.num_cached_tokens
             group.cached_tokens += cached
@@ -342,11 +339,31 @@ class Scheduler:
                 child.num_computed = cached
             self._insert_running(group)
             self.num_running_seqs += width
-            end = max(target, cached)
-            if end > cached:
-                self._add_chunk(plan, ScheduledChunk(seq, cached, end, tuple(members)))
+            if target > cached:
+                self._add_chunk(plan, seq, cached, target, members)
             else:  # the whole first chunk was cached: compute the next one if budget allows
                 self._extend_group(group, plan)
+
+    def _fork_members(self, group: SequenceGroup, seq: Sequence, plan: StepPlan
+                      ) -> tuple[Sequence, ...] | None:
+        """The other ``group.width - 1`` sequences of a multi-sequence group being admitted,
+        forked from its first one ``seq``; None (and every fork freed, ``seq`` too) when
+        memory runs out."""
+        manager = self.manager
+        members: list[Sequence] = []
+        for _ in range(group.width - 1):
+            child = self._new_seq(group)
+            copies = manager.fork(seq.seq_id, child.seq_id, child.final_len)
+            if copies is None:
+                for other in [seq, *members]:
+                    manager.free(other.seq_id)
+                group.next_lineage = 0
+                plan.memory_blocked = True
+                self._memory_refused = group
+                return None
+            plan.copies.extend(copies)
+            members.append(child)
+        return tuple(members)
 
     def _count_offload_load(self, plan: StepPlan, admission, group: SequenceGroup) -> None:
         """The offload-tier hits of an admission: loaded into the GPU pool in this step."""
