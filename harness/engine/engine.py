@@ -260,11 +260,12 @@ def _tokens_digest(group: SequenceGroup) -> bytes:
 
 
 def _request_row(request: Request, group: SequenceGroup | None, status: str) -> tuple:
-    width = max(request.num_samples, request.beam_width)
+    if group is None:  # rejected: it never ran
+        return (request.request_id, request.name, request.arrival_time, None, None,
+                request.prompt_len, request.output_len,
+                max(request.num_samples, request.beam_width), 0, 0, 0, status)
     return (
         request.request_id, request.name, request.arrival_time,
-        group.first_token_time if group else None, group.finish_time if group else None,
-        request.prompt_len, request.output_len, width,
-        group.cached_tokens if group else 0, group.num_preemptions if group else 0,
-        group.num_swaps if group else 0, status,
+        group.first_token_time, group.finish_time, request.prompt_len, request.output_len,
+        group.width, group.cached_tokens, group.num_preemptions, group.num_swaps, status,
     )

@@ -453,11 +453,17 @@ class Scheduler:
         # group that sampled (its beams may need re-selecting).
         candidates: dict[SequenceGroup, None] = {}
         decode_seqs = plan.decode_seqs
-        for lo, hi, chunk in plan.in_order():
+        # NOTE: chunk order (StepPlan.in_order, inlined: a generator costs more than the
+        # common step's sampling of one prefill chunk); the decodes not copied when a
+        # run is all of them
+        lo = 0
+        for hi, chunk in zip(plan.other_marks, plan.other_chunks):
             if lo < hi:
                 self._sample_decodes(decode_seqs[lo:hi], now, sampled, candidates)
-            if chunk is not None:
-                self._sample_chunk(chunk, now, sampled, candidates)
+            self._sample_chunk(chunk, now, sampled, candidates)
+            lo = hi
+        if lo < len(decode_seqs):
+            self._sample_decodes(decode_seqs[lo:] if lo else decode_seqs, now, sampled, candidates)
         finished = []
         for group in candidates:
             seqs = group.seqs
