@@ -524,10 +524,12 @@ class PagedKVCacheManager:
                     s.num_tokens += k
                     in_block += k
                     if caching:
-                        if k == 1 and not isinstance(tokens, np.ndarray):
-                            s.tail.append(tokens[0])
-                        else:
+                        if isinstance(tokens, np.ndarray):
                             extend_tokens(s.tail, tokens)
+                        elif k == 1:
+                            s.tail.append(tokens[0])
+                        else:  # a range (a span's synthetic tokens) or a list
+                            s.tail.extend(tokens)
                 else:
                     free = self._queue_growth(seq_id, s, tokens, growing, free, copies)
                     if free < 0:
@@ -559,29 +561,25 @@ class PagedKVCacheManager:
         """A batch form's append outside the inline path: queued in ``growing`` for
         ``_grow_together`` when it may do it, else committed through ``append`` after the
         queued ones. Returns the free blocks not promised to ``growing`` after it, or -1
-        (nothing changed for it) when short."""
-        need = self._together_need(s, len(tokens))
-        if need < 0:  # the general path, after the appends before it
-            self._grow_together(growing)
-            if not self._append_general(seq_id, tokens, copies):
-                return -1
-            return self.pool.num_free
-        if need > free:
-            return -1
-        growing.append((seq_id, s, tokens, need))
-        return free - need
+        (nothing changed for it) when short.
 
-    def _together_need(self, s: _Seq | None, k: int) -> int:
-        """The new blocks appending ``k`` tokens to ``s`` takes, when ``_grow_together`` may
-        do it: a resident sequence within its final_len, whose partial last block (if any)
-        is its own (no copy-on-write) and whose prompt keys are all used (``known``).
-        Otherwise -1 (``append`` does it, or raises)."""
-        if s is None or not k or s.cpu_blocks is not None or s.known is not None:
+        ``_grow_together`` may do it for a resident sequence within its final_len, whose
+        partial last block (if any) is its own (no copy-on-write) and whose prompt keys
+        are all used (``known``); it is queued with the new blocks it takes.
+        """
+        k = len(tokens)
+        if s is not None and k and s.cpu_blocks is None and s.known is None:
+            n, bs = s.num_tokens, self.block_size
+            if n + k <= s.final_len and not (n % bs and self.pool.ref_cnt[s.table[-1]] > 1):
+                need = -(-(n + k) // bs) - len(s.table)
+                if need > free:
+                    return -1
+                growing.append((seq_id, s, tokens, need))
+                return free - need
+        self._grow_together(growing)  # the general path, after the appends before it
+        if not self._append_general(seq_id, tokens, copies):
             return -1
-        n = s.num_tokens
-        if n + k > s.final_len or (n % self.block_size and self.pool.ref_cnt[s.table[-1]] > 1):
-            return -1
-        return -(-(n + k) // self.block_size) - len(s.table)
+        return self.pool.num_free
 
     def _grow_together(self, growing: list[tuple[int, _Seq, Sequence[int], int]]) -> None:
         """Commit ``growing``'s appends ``(seq_id, seq, tokens, new blocks)`` (accepted by
@@ -605,18 +603,20 @@ class PagedKVCacheManager:
             fresh: list[int] = []
             for _, s, tokens, _ in growing:
                 tail = s.tail
-                extend_tokens(tail, tokens)
-                if len(tail) < bs:
+                if isinstance(tokens, np.ndarray):
+                    extend_tokens(tail, tokens)
+                else:  # a range, list or tuple
+                    tail.extend(tokens)
+                count = len(tail) // bs
+                if not count:
                     filling.append(None)
                     continue
                 keys = s.keys
                 parent = keys[-1] if keys else 0
-                data = tail.tobytes()
-                count = len(data) // w
                 if count == 1:  # chain_keys inlined (the decode hot path)
-                    new = [(parent * MUL + hash(data[:w])) & MASK]
+                    new = [(parent * MUL + hash(tail[:bs].tobytes())) & MASK]
                 else:
-                    new = chain_keys(parent, data, 0, count, w)
+                    new = chain_keys(parent, tail.tobytes(), 0, count, w)
                 filling.append(new)
                 fresh += new
             if fresh and pool.holds_any(fresh):
@@ -628,9 +628,7 @@ class PagedKVCacheManager:
                 return
         else:
             filling = [None] * len(growing)
-        total = 0
-        for *_, need in growing:
-            total += need
+        total = sum([entry[3] for entry in growing])
         blocks = pool.allocate(total) if total else []  # [total]
         gone: list[int] = []  # the partial last blocks before, in order
         came: list[int] = []  # the partial last blocks after, in order, and their targets

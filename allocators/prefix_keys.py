@@ -30,6 +30,7 @@ assert array("i").itemsize == 4, "token buffers assume a 4-byte C int (np.int32 
 MASK = (1 << 64) - 1
 MUL = 0x9E3779B97F4A7C15  # odd, so invertible mod 2**64
 VECTOR_MIN_BLOCKS = 96  # from this many blocks on, chains are computed with numpy
+SPLIT_MIN_BLOCKS = 16  # from this many blocks on, numpy splits the bytes into blocks
 
 
 class _Powers:
@@ -56,6 +57,12 @@ def chain_keys(parent: int, data: bytes, offset: int, count: int, width: int) ->
     if count >= VECTOR_MIN_BLOCKS:
         return chain_arrays(parent, data, offset, count, width)
     keys = []
+    if count >= SPLIT_MIN_BLOCKS:  # numpy cuts the blocks' bytes apart (in C)
+        blocks = np.frombuffer(data, dtype=f"V{width}", count=count, offset=offset).tolist()
+        for content in map(hash, blocks):
+            parent = (parent * MUL + content) & MASK
+            keys.append(parent)
+        return keys
     for start in range(offset, offset + count * width, width):
         parent = (parent * MUL + hash(data[start:start + width])) & MASK
         keys.append(parent)
