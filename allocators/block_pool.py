@@ -211,10 +211,14 @@ class BlockPool:
         NOTE: pass a request's blocks tail first (``reversed(table)``) so its tail is
         evicted first.
         """
-        if isinstance(blocks, list) and len(blocks) >= _BULK_MIN:
-            self._free_many(blocks)
-            return
         ref, q, pos, held = self.ref_cnt, self._q, self._pos, self._held
+        if isinstance(blocks, list) and len(blocks) > 1:
+            if len(blocks) >= _BULK_MIN:
+                self._free_many(blocks)
+                return
+            if gather(ref, blocks).count(1) == len(blocks):  # all last references
+                self._free_sole(blocks)
+                return
         t = self._base + len(q)
         freed = cached = 0
         try:
@@ -235,6 +239,20 @@ class BlockPool:
             self.num_cached_free += cached
             if freed and self.residency is not None:
                 self.residency.released(q[len(q) - freed:])
+
+    def _free_sole(self, blocks: list[int]) -> None:
+        """``free`` of blocks that each hold one reference (a sequence's own blocks): all
+        join the queue. NOTE: one store per block and field, no branch (the common free)."""
+        ref, pos, q = self.ref_cnt, self._pos, self._q
+        t = self._base + len(q)
+        q += blocks
+        for t, b in enumerate(blocks, t):
+            ref[b] = 0
+            pos[b] = t
+        self.num_free += len(blocks)
+        self.num_cached_free += gather(self._held, blocks).count(1)
+        if self.residency is not None:
+            self.residency.released(blocks)
 
     def _free_many(self, blocks: list[int]) -> None:
         """``free`` through the numpy views (many blocks)."""

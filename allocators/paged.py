@@ -515,6 +515,7 @@ class PagedKVCacheManager:
         free = self.pool.num_free  # blocks not promised to ``growing``
         in_block = 0  # tokens appended on the inline path
         done = 0
+        ndarray = np.ndarray
         try:
             for seq_id, tokens in zip(seq_ids, token_lists):
                 s = seqs.get(seq_id)
@@ -524,7 +525,7 @@ class PagedKVCacheManager:
                     s.num_tokens += k
                     in_block += k
                     if caching:
-                        if isinstance(tokens, np.ndarray):
+                        if isinstance(tokens, ndarray):
                             extend_tokens(s.tail, tokens)
                         elif k == 1:
                             s.tail.append(tokens[0])
@@ -598,12 +599,14 @@ class PagedKVCacheManager:
         bs, pool = self.block_size, self.pool
         caching = self.enable_prefix_caching
         filling: list[list[int] | None] = []  # [len(growing)] the keys of the blocks each fills
+        total = 0  # the new blocks, all appends together
         if caching:
-            w = self._key_bytes
+            w, ndarray = self._key_bytes, np.ndarray
             fresh: list[int] = []
-            for _, s, tokens, _ in growing:
+            for _, s, tokens, need in growing:
+                total += need
                 tail = s.tail
-                if isinstance(tokens, np.ndarray):
+                if isinstance(tokens, ndarray):
                     extend_tokens(tail, tokens)
                 else:  # a range, list or tuple
                     tail.extend(tokens)
@@ -628,7 +631,7 @@ class PagedKVCacheManager:
                 return
         else:
             filling = [None] * len(growing)
-        total = sum([entry[3] for entry in growing])
+            total = sum([entry[3] for entry in growing])
         blocks = pool.allocate(total) if total else []  # [total]
         gone: list[int] = []  # the partial last blocks before, in order
         came: list[int] = []  # the partial last blocks after, in order, and their targets
