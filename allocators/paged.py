@@ -39,7 +39,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from pagebench.allocators.accounting import PartialBlockLedger, make_breakdown
+from pagebench.allocators.accounting import PartialBlockLedger
 from pagebench.allocators.base import Admission, Capabilities, ManagerStats, MemoryBreakdown, register_manager
 from pagebench.allocators.block_pool import BlockPool
 from pagebench.allocators.offload_tier import OffloadTiers
@@ -824,14 +824,15 @@ class PagedKVCacheManager:
 
     # ------------------------------------------------------------ accounting
     def breakdown(self, memory_blocked: bool) -> MemoryBreakdown:
-        """O(1). See ``pagebench.allocators.accounting`` for how shared partial blocks count."""
+        """O(1). See ``pagebench.allocators.accounting`` for how shared partial blocks count.
+
+        NOTE: ``make_breakdown``'s figures, built positionally (the engine asks once per
+        step and once per fast-forward span)."""
         bs, pool = self.block_size, self.pool
         allocated = (self.num_blocks - pool.num_free) * bs
         token_states, reserved, rounding = self._ledger.slots(allocated)
-        return make_breakdown(
-            capacity_slots=self.capacity_slots, allocated_slots=allocated,
-            token_states=token_states, reserved=reserved, internal_over_reservation=0,
-            internal_rounding=rounding, memory_blocked=memory_blocked,
-            logical_tokens=self._logical, largest_free_extent=pool.num_free * bs,
-            cached_free_slots=pool.num_cached_free * bs,
-        )
+        free = self.capacity_slots - allocated
+        return MemoryBreakdown(
+            self.capacity_slots, token_states, reserved, 0, rounding,
+            free if memory_blocked else 0, 0 if memory_blocked else free,
+            self._logical, allocated, pool.num_free * bs, pool.num_cached_free * bs)
