@@ -616,10 +616,11 @@ class PagedKVCacheManager:
                     continue
                 keys = s.keys
                 parent = keys[-1] if keys else 0
+                data = tail.tobytes()
                 if count == 1:  # chain_keys inlined (the decode hot path)
-                    new = [(parent * MUL + hash(tail[:bs].tobytes())) & MASK]
+                    new = [(parent * MUL + hash(data[:w])) & MASK]
                 else:
-                    new = chain_keys(parent, tail.tobytes(), 0, count, w)
+                    new = chain_keys(parent, data, 0, count, w)
                 filling.append(new)
                 fresh += new
             if fresh and pool.holds_any(fresh):
