@@ -18,10 +18,9 @@ The queue is a Python list read from a head index, so that every operation works
 on many blocks at once with list slices and C-level scans (a request holds
 hundreds of blocks). Ref counts, queue tickets and key flags are flat buffers
 (``array``/``bytearray``) with numpy views over the same memory: single blocks are
-read and written through the buffers, and from ``_BULK_MIN`` blocks on, ``free`` and
-``touch_many`` gather and scatter through the views in a few numpy calls.
-(Allocation stays a loop: there, evicting each block's key from the cache map costs
-more than the rest.) A block taken out of the middle of the queue (``touch``) is
+read and written through the buffers, and from ``_BULK_MIN`` blocks on, ``allocate``,
+``free`` and ``touch_many`` gather and scatter through the views in a few numpy calls
+(allocation still drops each evicted key from the cache map in a loop). A block taken out of the middle of the queue (``touch``) is
 overwritten by a tombstone (``_DEAD``) that allocation skips; ``_pos`` gives each
 free block's entry. NOTE: entry ``i`` of ``_q`` has ticket ``_base + i``; a free
 block's ``_pos`` is the ticket of its (only live) entry, so tickets survive the
@@ -42,7 +41,8 @@ if TYPE_CHECKING:
 
 _DEAD = -1  # a queue entry whose block was taken out of the queue (by ``touch``)
 _COMPACT_MIN = 4096  # drop the consumed head of the queue list once it is this long
-# From this many blocks on, free/touch_many/register_many work on them at once (numpy).
+# From this many blocks on, allocate/free/touch_many/register_many work on them at once
+# (numpy).
 # NOTE: below it a Python loop is faster (measured: the Azure conv replay's admissions
 # and frees, ~60 blocks each, lost ~0.2 s to numpy's per-call cost at 32).
 _BULK_MIN = 256
@@ -182,7 +182,9 @@ class BlockPool:
         ref = self.ref_cnt
         if self.residency is not None:  # before the keys of the evicted blocks are dropped
             self.residency.allocated(out, self._held)
-        if self.num_cached_free:
+        if n >= _BULK_MIN:
+            self._take_many(out)
+        elif self.num_cached_free:
             held, keys, cached, log = self._held, self._keys, self._cached, self._evicted
             if self.on_evict is not None:
                 self.on_evict([keys[b] for b in out if held[b]])
@@ -203,6 +205,29 @@ class BlockPool:
         if end >= _COMPACT_MIN and 2 * end >= len(q):
             self._compact()
         return out
+
+    def _take_many(self, out: list[int]) -> None:
+        """``allocate``'s ref counts and evictions of the popped blocks ``out`` through the
+        numpy views (many blocks): the same keys dropped in the same order."""
+        index = np.array(out, dtype=np.int64)  # [len(out)]
+        self._ref_v[index] = 1
+        if not self.num_cached_free:
+            return
+        evicted = index[self._held_v[index] != 0].tolist()  # in queue order
+        if not evicted:
+            return
+        keys, cached = self._keys, self._cached
+        gone = list(gather(keys, evicted))
+        if self.on_evict is not None:
+            self.on_evict(gone)
+        for key in gone:  # NOTE: a registered block is its key's block
+            del cached[key]
+        for b in evicted:
+            keys[b] = None
+        self._held_v[evicted] = 0
+        self._evicted += evicted
+        self.num_cached_free -= len(evicted)
+        self.num_evictions += len(evicted)
 
     def free(self, blocks: Iterable[int]) -> None:
         """Drop one reference to each block (each at most once); blocks reaching 0 join

@@ -18,7 +18,7 @@ which the scheduler sets: a step's allocations at its start, its frees at its en
 
 Uncached free blocks hold nothing to evict or reuse: their time free gives no sample.
 Every sample is exact on the simulated clock, a plain float difference; the log is pure
-Python (numpy for a long release) and costs an append per block transition.
+Python (numpy for a long allocation or release) and costs an append per block transition.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-_BULK_MIN = 256  # from this many blocks on, ``released`` works on them at once (numpy)
+_BULK_MIN = 256  # from this many blocks on, ``released`` and ``allocated`` work on them at once (numpy)
 
 
 class ResidencyLog:
@@ -58,9 +58,9 @@ class ResidencyLog:
     def end_span(self, now: float) -> None:
         self._span, self.now = None, now
 
-    def allocated(self, blocks: Iterable[int], cached: Sequence[int]) -> None:
-        """``blocks`` popped from the free queue now; ``cached[b]`` is true for a block that
-        still held its key (it is evicted)."""
+    def allocated(self, blocks: Sequence[int], cached: bytearray) -> None:
+        """``blocks`` popped from the free queue now; ``cached[b]`` is 1 for a block that
+        still held its key (it is evicted): the pool's flag buffer."""
         since, idle = self._since, self.idle_before_evict
         if self._span is not None:
             # NOTE: zip takes the next time of each iterator only while blocks remain
@@ -70,6 +70,12 @@ class ResidencyLog:
                 since[b] = taken
             return
         now = self.now
+        if len(blocks) >= _BULK_MIN:  # NOTE: ``cached`` is then the pool's flag buffer
+            index = np.asarray(blocks, dtype=np.int64)  # [len(blocks)]
+            flags = np.frombuffer(cached, dtype=np.uint8)[index]  # [len(blocks)]
+            idle.frombytes((now - self._since_v[index[flags != 0]]).tobytes())
+            self._since_v[index] = now
+            return
         for b in blocks:
             if cached[b]:
                 idle.append(now - since[b])
