@@ -24,11 +24,11 @@ Python (numpy for a long allocation or release) and costs an append per block tr
 from __future__ import annotations
 
 from array import array
-from typing import Iterable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
-_BULK_MIN = 256  # from this many blocks on, ``released`` and ``allocated`` work on them at once (numpy)
+_BULK_MIN = 256  # from this many blocks on, the transitions are logged at once (numpy)
 
 
 class ResidencyLog:
@@ -102,9 +102,14 @@ class ResidencyLog:
             lifetimes.append(now - since[b])
             since[b] = now
 
-    def revived(self, blocks: Iterable[int]) -> None:
+    def revived(self, blocks: Sequence[int]) -> None:
         """Free cached ``blocks`` a prompt hit now (taken back out of the free queue)."""
         now, since, gaps = self.now, self._since, self.reuse_gaps
+        if len(blocks) >= _BULK_MIN:
+            index = np.asarray(blocks, dtype=np.int64)  # [len(blocks)]
+            gaps.frombytes((now - self._since_v[index]).tobytes())
+            self._since_v[index] = now
+            return
         for b in blocks:
             gaps.append(now - since[b])
             since[b] = now
