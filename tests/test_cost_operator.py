@@ -196,16 +196,24 @@ def test_every_model_preset_runs_on_h200_with_its_defaults(model):
 
 
 @pytest.mark.parametrize("span", [1, 7, 64, 65, 500])
-def test_a_flat_profile_prices_a_decode_span_as_its_steps_one_by_one(host, span):
-    """``decode_span``'s closed form (Python floats up to ``SCALAR_SPAN`` steps, numpy
-    beyond) gives each step's phases and seconds bit for bit as ``phases`` does."""
+@pytest.mark.parametrize("profile, results", [("ideal", None), ("measured", SMALL)])
+def test_a_decode_span_prices_as_its_steps_one_by_one(host, span, profile, results):
+    """``decode_span`` (a flat profile's closed form: Python floats up to ``SCALAR_SPAN``
+    steps, numpy beyond; a measured profile's efficiency step by step) gives each step's
+    phases and seconds bit for bit as ``phases`` does, a phase every step shares as one
+    float."""
     from harness.engine.cost_operator import step_seconds
 
-    model = _executor("ideal", 16, host).cost_model
-    assert model.read_slot_at_constant_s is not None  # the flat profile's closed form
+    model = _executor(profile, 16, host, results=results).cost_model
+    # the flat profile's closed form, or a profile whose efficiency moves along the span
+    assert (model.read_slot_at_constant_s is not None) == (profile == "ideal")
     for sum_positions, num_seqs in ((0, 1), (12_345, 50), (3_000_017, 256)):
         seconds, columns = model.decode_span(sum_positions, num_seqs, span)
         rows = [model.phases(num_seqs, 0, sum_positions + num_seqs * (i + 1), num_seqs, 0, 0,
                              num_seqs) for i in range(span)]
-        assert [list(column) for column in columns] == [list(c) for c in zip(*rows)]
+        assert [type(value) for value in columns] == [float, float, list, float, float,
+                                                      float, float]
+        laid = [value if type(value) is list else [value] * span for value in columns]
+        assert [[v.hex() for v in column] for column in laid] == \
+            [[v.hex() for v in column] for column in zip(*rows)]
         assert [s.hex() for s in seconds] == [step_seconds(row).hex() for row in rows]

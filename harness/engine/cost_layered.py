@@ -74,14 +74,17 @@ class LayeredOperatorCostModel(OperatorCostModel):
         return tuple(phases)
 
     def decode_span(self, sum_positions: int, num_seqs: int, span: int,
-                    positions: list[int]) -> tuple[list[float], list[list[float]]]:
+                    positions: list[int]) -> tuple[list[float], tuple[float | list[float], ...]]:
         """``OperatorCostModel.decode_span`` for the sequences at ``positions`` (their
         tokens computed before the span; they sum to ``sum_positions``)."""
         window_slots = _window_slots(positions, self.layers)
         rows = [self.layered_phases(num_seqs, decode_work(sum_positions + num_seqs * (i + 1),
                                                           window_slots(i), num_seqs),
                                     0, 0, num_seqs) for i in range(span)]
-        return [step_seconds(row) for row in rows], [list(c) for c in zip(*rows)]
+        # (only the decode phase moves along a decode span: the others are every step's)
+        linear, prefill, _, write, copy, swap, host = rows[0] if rows else (0.0,) * len(PHASES)
+        return [step_seconds(row) for row in rows], (linear, prefill, [row[_DECODE] for row in rows],
+                                                     write, copy, swap, host)
 
 
 class LayeredRooflineCostModel(RooflineCostModel):

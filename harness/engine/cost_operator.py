@@ -121,8 +121,8 @@ class OperatorCostModel:
                copied_slots: int, swapped_slots: int, num_seqs: int) -> tuple[float, ...]:
         """Seconds of each of ``PHASES`` for one step.
 
-        NOTE: ``decode_seconds`` prices fast-forwarded steps through this same method
-        with the same integers, so bulk and single steps agree bit for bit.
+        NOTE: ``decode_span`` prices fast-forwarded steps with the same operations on
+        the same integers, so bulk and single steps agree bit for bit.
         """
         linear = tokens * self.token_s
         if linear < self.weights_s:
@@ -140,26 +140,19 @@ class OperatorCostModel:
                 copied_slots * self.copy_slot_s, swapped_slots * self.swap_slot_s,
                 self.host_step_s + self.host_seq_s * num_seqs)
 
-    def decode_phases(self, sum_positions: int, num_seqs: int, span: int) -> list[tuple[float, ...]]:
+    def decode_span(self, sum_positions: int, num_seqs: int, span: int
+                    ) -> tuple[list[float], tuple[float | list[float], ...]]:
         """``phases`` of ``span`` pure-decode steps: ``num_seqs`` sequences whose positions
         sum to ``sum_positions`` before the first, each appending one token per step (step
-        i reads ``sum_positions + num_seqs * i`` cached slots and its own)."""
-        phases = self.phases
-        return [phases(num_seqs, 0, kv_read + num_seqs, num_seqs, 0, 0, num_seqs)
-                for kv_read in range(sum_positions, sum_positions + num_seqs * span, num_seqs)]
-
-    def decode_span(self, sum_positions: int, num_seqs: int, span: int
-                    ) -> tuple[list[float], list[list[float]]]:
-        """``decode_phases`` as (each step's seconds, each phase's column of ``span``
-        values): the same numbers, from numpy when the profile is flat and the span long."""
-        per_slot = self.read_slot_at_constant_s
-        if per_slot is None:
-            rows = self.decode_phases(sum_positions, num_seqs, span)
-            return [step_seconds(row) for row in rows], [list(c) for c in zip(*rows)]
-        # NOTE: a flat profile: only the decode term varies along the span; every other
-        # phase is ``phases``' value for these integers. Prefill, copy and swap are 0.0 (0
-        # times a finite constant), and adding 0.0 to a positive float leaves it as it is:
-        # ``step_seconds``' sum in its order is then ((linear + decode) + write) + host.
+        i reads ``sum_positions + num_seqs * i`` cached slots and its own), as (each step's
+        seconds, each phase's values along the span: a float, every step's, for all but
+        ``attention_decode``, which is a list of ``span`` values): the same numbers, from
+        numpy when the profile is flat and the span long."""
+        # NOTE: only the decode term varies along the span; every other phase is
+        # ``phases``' value for these integers, one float for the span. Prefill, copy and
+        # swap are 0.0 (0 times a finite constant), and adding 0.0 to a positive float
+        # leaves it as it is: ``step_seconds``' sum in its order is then
+        # ((linear + decode) + write) + host.
         linear = num_seqs * self.token_s
         if linear < self.weights_s:
             linear = self.weights_s
@@ -168,7 +161,13 @@ class OperatorCostModel:
         write = num_seqs * self.write_slot_s
         host = self.host_step_s + self.host_seq_s * num_seqs
         first = sum_positions + num_seqs  # step i's (query, context) pairs: first + num_seqs * i
-        if span <= SCALAR_SPAN:  # Python floats: numpy's per-call cost outweighs the work
+        per_slot = self.read_slot_at_constant_s
+        if per_slot is None:  # the kernel's efficiency at each step's batch and context
+            read_slot_s, efficiency = self.read_slot_s, self.efficiency
+            decode = [pairs * (read_slot_s / efficiency(num_seqs, pairs / num_seqs))
+                      for pairs in range(first, first + num_seqs * span, num_seqs)]
+            seconds = [linear + d + write + host for d in decode]
+        elif span <= SCALAR_SPAN:  # Python floats: numpy's per-call cost outweighs the work
             decode = [pairs * per_slot
                       for pairs in range(first, first + num_seqs * span, num_seqs)]
             seconds = [linear + d + write + host for d in decode]
@@ -177,9 +176,7 @@ class OperatorCostModel:
             decode_array *= per_slot
             seconds = (linear + decode_array + write + host).tolist()
             decode = decode_array.tolist()
-        zeros = [0.0] * span
-        return seconds, [[linear] * span, zeros, decode, [write] * span, zeros, zeros,
-                         [host] * span]
+        return seconds, (linear, 0.0, decode, write, 0.0, 0.0, host)
 
     def range_report(self) -> dict | None:
         """The decode steps priced beyond the kernel profile's measured range, or None when

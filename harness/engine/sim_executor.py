@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from array import array
+from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -13,9 +14,12 @@ from harness.engine.cost_layers import plan_work
 from harness.engine.cost_operator import HOST_LINK_GBPS, PHASES, OperatorCostModel, step_seconds
 from harness.engine.fit_range import FitRange
 from harness.engine.plan import StepPlan
+from harness.metrics.step_spans import span_layout
 
 # Spans of at most this many steps are priced on Python floats (see decode_seconds).
 SCALAR_SPAN = 24
+# The operator model's step columns: ``<phase>_s``, in ``PHASES`` order.
+PHASE_COLUMNS = tuple(f"{name}_s" for name in PHASES)
 
 
 class StepCost(NamedTuple):
@@ -148,8 +152,9 @@ class SimExecutor:
 
     With a calibrated cost model whose range is known, ``fit_range`` tallies the steps run
     against it (``harness.engine.fit_range``); otherwise it is None. With the operator
-    model, ``phase_rows`` holds each step's seconds per phase (``cost_operator.PHASES``),
-    in step order, for the steps_*.csv columns; ``kernel_range`` the decode steps priced
+    model, ``phase_rows`` holds each executed step's seconds per phase
+    (``cost_operator.PHASES``) and ``phase_spans`` each fast-forwarded span's, for the
+    steps_*.csv columns; ``kernel_range`` the decode steps priced
     beyond the kernel profile's measured range (or None).
     """
 
@@ -168,12 +173,18 @@ class SimExecutor:
                           if fit is not None and fit.max_batch_size and fit.max_context_len
                           else None)
         self.operator = isinstance(cost_model, OperatorCostModel)
-        # NOTE: one tuple of 7 floats per executed step, or (span, the 7 phase columns of
-        # span values each) for a fast-forwarded span
-        self.phase_rows: list[tuple[float, ...] | tuple[int, list[list[float]]]] = []
+        self.phase_rows: list[tuple[float, ...]] = []  # [executed steps] one float a phase
+        # NOTE: a fast-forwarded span's phases as one record: (its first step, its steps,
+        # each phase's float but attention_decode's, which is the same at every step of a
+        # span: ``decode_span``), and its steps' attention_decode values end to end in
+        # span_decodes; laid into the columns with numpy at the end (``phase_columns``)
+        self.phase_spans: list[tuple[int, int, float, ...]] = []
+        self.span_decodes = array("d")
+        self._span_steps = 0  # the steps of the spans in phase_spans
         self.decode_read_slots = 0  # KV slots the decodes read (attention_decode's work)
-        # NOTE: the phases of the last span decode_durations priced, for decoded_span
-        self._priced: tuple[int, int, list[list[float]]] = (-1, -1, [])
+        # NOTE: the last span decode_durations priced, for decoded_span: (sum_positions,
+        # num_seqs, steps, its phases as decode_span gives them)
+        self._priced: tuple[int, int, int, tuple] = (-1, -1, 0, ())
         efficiency = cost_model.efficiency if self.operator else None
         self._tally = efficiency.tally if efficiency is not None and efficiency.ranged else None
         # a model whose layers are not all full attention (harness.engine.cost_layered):
@@ -258,7 +269,7 @@ class SimExecutor:
         extra = (positions,) if self.layers is not None else ()
         if self.operator:
             seconds, columns = self.cost_model.decode_span(sum_positions, num_seqs, span, *extra)
-            self._priced = (sum_positions, num_seqs, columns)
+            self._priced = (sum_positions, num_seqs, span, columns)
             return seconds
         return self.cost_model.decode_seconds(sum_positions, num_seqs, span, *extra)
 
@@ -272,13 +283,16 @@ class SimExecutor:
             self.load_column.extend([0.0] * span)  # decode steps load nothing
         if not self.operator or span <= 0:
             return
-        positions, seqs, columns = self._priced
-        if positions != sum_positions or seqs != num_seqs or len(columns[0]) < span:
+        priced_positions, priced_seqs, priced, columns = self._priced
+        if priced_positions != sum_positions or priced_seqs != num_seqs or priced < span:
             extra = (positions,) if self.layers is not None else ()
             columns = self.cost_model.decode_span(sum_positions, num_seqs, span, *extra)[1]
-        if len(columns[0]) > span:  # (priced further: keep only what ran)
-            columns = [column[:span] for column in columns]
-        self.phase_rows.append((span, columns))
+        linear, prefill, decode, write, copy, swap, host = columns
+        self.phase_spans.append((len(self.phase_rows) + self._span_steps, span, linear, prefill,
+                                 write, copy, swap, host))
+        # (priced further: only what ran)
+        self.span_decodes.fromlist(decode if len(decode) == span else decode[:span])
+        self._span_steps += span
         # step i reads sum_positions + num_seqs * (i + 1) slots
         self.decode_read_slots += span * sum_positions + num_seqs * span * (span + 1) // 2
         if self._tally is not None:
@@ -288,42 +302,38 @@ class SimExecutor:
     def phase_columns(self) -> dict[str, np.ndarray | list[float]]:
         """Each phase's seconds per step (``<phase>_s``: [steps] float64), in step order,
         none for the roofline; then ``offload_load_s`` with an offload tier (either model).
-        Called once, after the run: it lets go of ``phase_rows`` as it reads them (a
-        second call has no steps)."""
+        Called once, after the run: it lets go of the steps' phases (a second call has no
+        steps)."""
         loads = {"offload_load_s": self.load_column} if self.offload_load is not None else {}
         if not self.operator:
             return loads
-        # NOTE: every row is a block of [phases, its steps] values (an executed step's tuple
-        # is one step's): laid end to end into doubles in one pass (array.fromlist reads a
-        # list without a reference per value), then numpy puts each block's values in its
-        # steps' columns: a quarter less CPU than extending seven lists per row and
-        # converting them to arrays (Azure conv, 4 systems: 0.34 -> 0.25 s). Each row is
-        # freed right after it is read, while its values are still in the CPU's cache: a
-        # fifth less CPU than freeing millions of floats with the executor later.
+        # NOTE: the executed steps' values, then the spans' (a phase's floats repeated
+        # over their spans' steps; attention_decode's values as they are), as one
+        # [phases, steps] block, laid in step order by one gather
         rows, self.phase_rows = self.phase_rows, []
-        flat = array("d")  # [phases * steps], block after block
-        sizes = []  # [rows]: steps per row
-        for i, row in enumerate(rows):
-            rows[i] = None
-            if len(row) != 2:  # one step (7 phases)
-                flat.extend(row)
-                sizes.append(1)
-                continue
-            sizes.append(row[0])
-            for column in row[1]:
-                try:
-                    flat.fromlist(column)
-                except TypeError:  # (not a list)
-                    flat.extend(column)
-        size = np.array(sizes, dtype=np.int64)  # [rows]
-        steps = int(size.sum())
-        start = np.cumsum(size) - size  # [rows]: a row's first step, its block at 7 x that
-        # step j of a row starting at step p: phase c at 7 p + c size + (j - p)
-        step_size = np.repeat(size, size)  # [steps]
-        first = np.arange(steps) + (len(PHASES) - 1) * np.repeat(start, size)  # [steps]
-        index = first + np.arange(len(PHASES))[:, None] * step_size  # [phases, steps]
-        values = np.frombuffer(flat, dtype=np.float64)[index] if steps else np.zeros(index.shape)
-        return {**{f"{name}_s": column for name, column in zip(PHASES, values)}, **loads}
+        spans, self.phase_spans = self.phase_spans, []
+        decodes, self.span_decodes = self.span_decodes, array("d")
+        self._span_steps = 0
+        # [spans, 2 + 6]: first step, steps (as exact floats), the phases but the decode
+        spans = np.array(spans, dtype=np.float64).reshape(len(spans), 1 + len(PHASES))
+        firsts, sizes = spans[:, 0].astype(np.int64), spans[:, 1].astype(np.int64)
+        executed = len(rows)
+        steps = executed + len(decodes)
+        values = np.empty((len(PHASES), steps))  # [phases, steps]: the executed, the spans'
+        values[:, :executed] = np.fromiter(chain.from_iterable(rows), np.float64,
+                                           len(PHASES) * executed).reshape(executed, len(PHASES)).T
+        del rows
+        constants = iter(spans[:, 2:].T)  # [spans] each, in PHASES order
+        for phase, name in enumerate(PHASES):  # the spans' steps
+            values[phase, executed:] = (np.frombuffer(decodes, dtype=np.float64)
+                                        if name == "attention_decode"
+                                        else np.repeat(next(constants), sizes))
+        _, span_rows, single = span_layout(firsts, sizes, steps)
+        order = np.empty(steps, dtype=np.int64)  # [steps]: each step's place in values
+        order[single] = np.arange(executed)
+        order[span_rows] = np.arange(executed, steps)
+        laid = values[:, order]
+        return {**{name: column for name, column in zip(PHASE_COLUMNS, laid)}, **loads}
 
     def cost_report(self) -> dict:
         """For results.json: the cost model, its profiles and (operator model, a measured

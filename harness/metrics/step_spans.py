@@ -55,12 +55,7 @@ class StepSpans:
         steps = len(columns["step"])
         lengths = np.array(self.sizes, dtype=np.int64)  # [spans]
         total = int(lengths.sum())
-        offsets = np.cumsum(lengths) - lengths  # [spans]: each span's first among the values
-        # [total]: each span value's step within its span, and its row of the table
-        within = np.arange(total, dtype=np.int64) - np.repeat(offsets, lengths)
-        span_rows = np.repeat(np.array(self.firsts, dtype=np.int64), lengths) + within
-        single = np.ones(steps, dtype=bool)  # [steps]: the rows recorded one by one
-        single[span_rows] = False
+        within, span_rows, single = span_layout(self.firsts, lengths, steps)
         merged = {"step": columns["step"]}
         for name, single_values in columns.items():
             if name == "step":
@@ -77,6 +72,19 @@ class StepSpans:
             column[span_rows] = laid
             merged[name] = column
         return merged
+
+
+def span_layout(firsts: list[int], lengths: np.ndarray, steps: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where spans of ``lengths`` steps from rows ``firsts`` lie among ``steps`` rows:
+    (each span step's step within its span, and its row: both [sum(lengths)], span after
+    span; [steps] bool: the rows outside the spans, recorded one by one)."""
+    offsets = np.cumsum(lengths) - lengths  # [spans]: each span's first among its steps
+    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(offsets, lengths)
+    span_rows = np.repeat(np.array(firsts, dtype=np.int64), lengths) + within
+    single = np.ones(steps, dtype=bool)
+    single[span_rows] = False
+    return within, span_rows, single
 
 
 def _span_values(values: list, listed: list, lengths: np.ndarray, within: np.ndarray,
