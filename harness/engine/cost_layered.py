@@ -83,8 +83,8 @@ class LayeredOperatorCostModel(OperatorCostModel):
                                     0, 0, num_seqs) for i in range(span)]
         # (only the decode phase moves along a decode span: the others are every step's)
         linear, prefill, _, write, copy, swap, host = rows[0] if rows else (0.0,) * len(PHASES)
-        return [step_seconds(row) for row in rows], (linear, prefill, [row[_DECODE] for row in rows],
-                                                     write, copy, swap, host)
+        decode = [row[_DECODE] for row in rows]
+        return [step_seconds(row) for row in rows], (linear, prefill, decode, write, copy, swap, host)
 
 
 class LayeredRooflineCostModel(RooflineCostModel):

@@ -332,7 +332,7 @@ class SimExecutor:
         order = np.empty(steps, dtype=np.int64)  # [steps]: each step's place in values
         order[single] = np.arange(executed)
         order[span_rows] = np.arange(executed, steps)
-        laid = values[:, order]
+        laid = values.take(order, axis=1)  # (each column contiguous: values[:, order] is not)
         return {**{name: column for name, column in zip(PHASE_COLUMNS, laid)}, **loads}
 
     def cost_report(self) -> dict:
