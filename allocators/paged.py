@@ -334,6 +334,12 @@ class PagedKVCacheManager:
     def can_admit(self, prompt_token_ids: Sequence[int], final_len: int, num_tokens: int) -> bool:
         """Would ``admit`` succeed now? Changes nothing."""
         bs = self.block_size
+        # NOTE: admit takes at most the blocks of max(num_tokens, prompt length) tokens,
+        # counting the free ones among its hits (it serves at most the prompt's length - 1
+        # tokens from the cache): when that many are free it fits, without the prompt's
+        # keys and hits (the usual answer after a finish, as most prompts hit nothing)
+        if -(-max(num_tokens, len(prompt_token_ids)) // bs) <= self.pool.num_free:
+            return True
         hits: list[int] = []
         lower = 0
         if self.enable_prefix_caching:
