@@ -41,7 +41,7 @@ class BuddyArena:
     """Binary buddy allocator over ``capacity`` slots."""
 
     kind = "buddy"
-    __slots__ = ("capacity", "free_slots", "_free", "_heaps", "_alloc", "_max_root")
+    __slots__ = ("capacity", "free_slots", "_free", "_heaps", "_alloc", "_max_root", "_orders")
 
     def __init__(self, capacity: int) -> None:
         _check_capacity(capacity)
@@ -51,6 +51,10 @@ class BuddyArena:
         self._free: list[set[int]] = [set() for _ in range(top)]  # order -> free block starts
         self._heaps: list[list[int]] = [[] for _ in range(top)]  # lazy min-heaps over _free
         self._alloc: dict[int, int] = {}  # start -> order
+        # NOTE: bit j set iff _free[j] is not empty: the smallest order that fits and the
+        # largest free block are found in O(1) (a scan of the orders cost a loop per
+        # allocation, refusal and memory breakdown)
+        self._orders = 0
         addr = 0
         for order in range(top - 1, -1, -1):
             if capacity >> order & 1:
@@ -60,6 +64,7 @@ class BuddyArena:
 
     def _push(self, order: int, addr: int) -> None:
         self._free[order].add(addr)
+        self._orders |= 1 << order
         h = self._heaps[order]
         heapq.heappush(h, addr)
         if len(h) > 2 * len(self._free[order]) + 32:  # drop stale entries
@@ -71,6 +76,8 @@ class BuddyArena:
             addr = heapq.heappop(h)
             if addr in s:
                 s.remove(addr)
+                if not s:
+                    self._orders &= ~(1 << order)
                 return addr
 
     @staticmethod
@@ -89,12 +96,10 @@ class BuddyArena:
         if type(size) is not int or size <= 0:  # (the common case without a call)
             _check_size(size)
         k = (size - 1).bit_length()
-        free = self._free
-        j = k
-        while j < len(free) and not free[j]:
-            j += 1
-        if j >= len(free):
+        fitting = self._orders >> k  # bit i: a free block of order k + i
+        if not fitting:
             return None
+        j = k + (fitting & -fitting).bit_length() - 1  # the smallest such order
         addr = self._pop_lowest(j)
         while j > k:
             j -= 1
@@ -115,6 +120,8 @@ class BuddyArena:
             if buddy not in free[k]:
                 break
             free[k].remove(buddy)  # its heap entry goes stale
+            if not free[k]:
+                self._orders &= ~(1 << k)
             addr = min(addr, buddy)
             k += 1
         self._push(k, addr)
@@ -123,11 +130,8 @@ class BuddyArena:
         return 1 << self._alloc[start]
 
     def largest_free_extent(self) -> int:
-        free = self._free
-        for j in range(len(free) - 1, -1, -1):
-            if free[j]:
-                return 1 << j
-        return 0
+        orders = self._orders
+        return 1 << orders.bit_length() - 1 if orders else 0
 
     def free_extents(self) -> list[tuple[int, int]]:
         """Sorted ``(start, length)`` of every free block. O(free blocks); for tests."""

@@ -1,5 +1,6 @@
 """Arenas: exact offsets for buddy / first fit / best fit, coalescing, largest free extent."""
 
+import numpy as np
 import pytest
 
 from pagebench.allocators.arena import ARENAS, BuddyArena, make_arena
@@ -95,3 +96,51 @@ def test_arena_misuse_is_a_value_error(kind):
     a.free(start)
     with pytest.raises(ValueError, match="once each"):
         a.free(start)
+
+
+class _ScanningBuddy(BuddyArena):
+    """The buddy arena finding orders by scanning its free sets (the index-free reference)."""
+
+    __slots__ = ()
+
+    def allocate(self, size: int) -> int | None:
+        k = (size - 1).bit_length()
+        j = k
+        while j < len(self._free) and not self._free[j]:
+            j += 1
+        if j >= len(self._free):
+            return None
+        addr = self._pop_lowest(j)
+        while j > k:
+            j -= 1
+            self._push(j, addr + (1 << j))
+        self._alloc[addr] = k
+        self.free_slots -= 1 << k
+        return addr
+
+    def largest_free_extent(self) -> int:
+        return max((1 << j for j, s in enumerate(self._free) if s), default=0)
+
+
+@pytest.mark.parametrize("capacity", [1000, 1024, 4097])
+def test_buddy_order_index_matches_a_scan_of_the_free_sets(capacity):
+    rng = np.random.default_rng(capacity)
+    fast, slow = BuddyArena(capacity), _ScanningBuddy(capacity)
+    live: list[int] = []
+    refused = 0
+    for _ in range(3000):
+        if live and rng.random() < 0.45:
+            start = live.pop(int(rng.integers(len(live))))
+            fast.free(start)
+            slow.free(start)
+        else:
+            size = int(rng.integers(1, capacity // 3))
+            start = fast.allocate(size)
+            assert start == slow.allocate(size)
+            if start is None:
+                refused += 1
+            else:
+                live.append(start)
+        assert fast.largest_free_extent() == slow.largest_free_extent()
+        assert fast.free_extents() == slow.free_extents()
+    assert refused > 100 and len(live) > 0
