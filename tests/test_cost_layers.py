@@ -153,7 +153,7 @@ def test_window_pairs_and_span_reads_equal_brute_force_counts():
 def test_a_mixed_plan_counts_windowed_work_per_chunk():
     layers = layered_attention(SLIDING)  # W = 64
     plan = _decodes([10, 100])  # reads 11 and 64
-    plan.add_chunk(ScheduledChunk(SimpleNamespace(num_tokens=200, generated=[], seq_id=5), 40, 140))
+    plan.add_chunk(ScheduledChunk(SimpleNamespace(num_tokens=200, num_generated=0, seq_id=5), 40, 140))
     work = dict(zip(WORK, plan_work(plan, layers)))
     assert work["prefill_pairs"] == sum(p + 1 for p in range(40, 140))
     assert work["prefill_window"] == sum(min(p + 1, 64) for p in range(40, 140))
@@ -192,7 +192,7 @@ def test_prefill_attention_counts_windowed_and_mla_pairs():
     # FLOPs at 10 TFLOPS x 0.6
     executor = _executor(SLIDING)
     plan = StepPlan()
-    plan.add_chunk(ScheduledChunk(SimpleNamespace(num_tokens=201, generated=[], seq_id=1), 0, 200))
+    plan.add_chunk(ScheduledChunk(SimpleNamespace(num_tokens=201, num_generated=0, seq_id=1), 0, 200))
     executor.execute(plan)
     pairs = sum(min(p + 1, 64) for p in range(200))
     assert executor.phase_rows[-1][PREFILL] == pytest.approx(pairs * 4 * 2 * 4 * 16 / 6e12, rel=1e-12)
@@ -200,7 +200,7 @@ def test_prefill_attention_counts_windowed_and_mla_pairs():
     deepseek = conf_model("deepseek-v3")
     executor = _executor(deepseek, hardware=replace(HARDWARE, peak_fp16_tflops=989.0))
     plan = StepPlan()
-    plan.add_chunk(ScheduledChunk(SimpleNamespace(num_tokens=1001, generated=[], seq_id=1), 0, 1000))
+    plan.add_chunk(ScheduledChunk(SimpleNamespace(num_tokens=1001, num_generated=0, seq_id=1), 0, 1000))
     executor.execute(plan)
     flops = 1000 * 1001 // 2 * 61 * 2 * 128 * (128 + 64 + 128)
     assert executor.phase_rows[-1][PREFILL] == pytest.approx(flops / (989e12 * 0.6), rel=1e-12)

@@ -51,7 +51,7 @@ def test_a_mixed_step_costs_what_the_formulas_give_by_hand(host):
     # HARDWARE: 10 TFLOPS x 0.6, 100 GB/s (x 0.8 for weights, writes).
     executor = _executor("fa_sm100_pr2104_before", 16, host)
     plan = _decode_plan([10, 20, 30])  # three decodes reading 11 + 21 + 31 = 63 slots
-    prompt = SimpleNamespace(seq_id=9, num_tokens=5, generated=[])
+    prompt = SimpleNamespace(seq_id=9, num_tokens=5, num_generated=0)
     plan.add_chunk(ScheduledChunk(prompt, 0, 5))  # a 5-token prompt: 1+2+3+4+5 = 15 pairs
     seconds, _ = executor.execute(plan)
     linear = max(8 * 291_840 / 6e12, 419_840 / 8e10)

@@ -153,10 +153,10 @@ def observed_gaps(requests, system, spec) -> tuple[np.ndarray, np.ndarray]:
     original = scheduler_module.Scheduler.postprocess
 
     def spy(self, plan, now, sampled=None):
-        before = {g: len(g.seqs[0].generated) for g in self.running if len(g.seqs) == 1}
+        before = {g: g.seqs[0].num_generated for g in self.running if len(g.seqs) == 1}
         finished = original(self, plan, now, sampled)
         for group, count in before.items():
-            if len(group.seqs[0].generated) > count:
+            if group.seqs[0].num_generated > count:
                 times.setdefault(group.request.request_id, []).append(now)
         return finished
 

@@ -86,7 +86,7 @@ class RecordingScheduler(Scheduler):
         finished = super().postprocess(plan, now, sampled)
         for group in finished:
             self.tokens[group.request.request_id] = [
-                list(s.generated) for s in sorted(group.seqs, key=lambda s: s.lineage)]
+                s.generated_ids().tolist() for s in sorted(group.seqs, key=lambda s: s.lineage)]
         return finished
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import time
-from array import array
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Protocol
@@ -20,17 +19,6 @@ from harness.engine.sequence import SequenceGroup
 from harness.errors import PagebenchError
 from harness.metrics.summaries import RunRecorder
 from harness.workloads.request import Request
-
-
-def _int64_buffer(values: array) -> bytes | array:
-    """A buffer of the bytes of ``np.asarray(values, np.int64)`` (native int64), without
-    numpy's overhead: an ``array("q")`` is one already (hashed without a copy)."""
-    if isinstance(values, array) and values.typecode == "q":
-        return values
-    try:
-        return array("q", values).tobytes()
-    except TypeError:  # e.g. 0-d tensors without __index__: let numpy convert them
-        return np.asarray(values, dtype=np.int64).tobytes()
 
 
 GC_YOUNG_THRESHOLD = 20_000  # net new objects between young collections during a run
@@ -254,8 +242,8 @@ def _tokens_digest(group: SequenceGroup) -> bytes:
     digest = hashlib.sha256(group.request.request_id.to_bytes(8, "little"))
     seqs = group.seqs
     for seq in seqs if len(seqs) == 1 else sorted(seqs, key=_LINEAGE):
-        digest.update(len(seq.generated).to_bytes(8, "little"))
-        digest.update(_int64_buffer(seq.generated))
+        digest.update(seq.num_generated.to_bytes(8, "little"))
+        digest.update(seq.generated_ids())  # (native int64 bytes)
     return digest.digest()
 
 

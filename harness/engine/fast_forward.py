@@ -86,7 +86,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     batch = DecodingBatch.of(scheduler)
     if batch is None:
         return None  # beams, or a sequence still prefilling
-    seqs, generated, computed = batch.seqs, batch.generated, batch.computed
+    seqs, computed = batch.seqs, batch.computed
     remaining_list, workload_tokens = batch.remaining, batch.workload_tokens
     num_seqs = len(seqs)
     if not freed_memory:
@@ -186,14 +186,13 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         largest_free_extent=largest_free, cached_free_slots=cached_free,
     )
 
-    # Commit: the sampled tokens, and the KV appends (each step's ``kv_span``).
+    # Commit: the KV appends (each step's ``kv_span``), and the sampled tokens.
     executor.decoded_span(sum_positions, num_seqs, span, computed)
     if keyed:
-        kv_tokens: list = []
-        decode_synthetic(seqs, generated, span, kv_tokens)
+        kv_tokens = batch.kv_tokens(span)
     else:  # NOTE: only the count is read (nothing is keyed on token ids)
-        decode_synthetic(seqs, generated, span)
         kv_tokens = [range(span)] * num_seqs
+    decode_synthetic(seqs, span)
     residency = manager.pool.residency if paged and manager.capabilities.block_residency else None
     if shared_keys:
         _commit_in_step_order(manager, seqs, kv_tokens, _written(computed, span), bs, residency,

@@ -54,7 +54,7 @@ def hybrid_fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, n
     batch = DecodingBatch.of(scheduler)
     if batch is None:
         return None  # beams, or a sequence still prefilling
-    seqs, generated, computed, remaining = batch.seqs, batch.generated, batch.computed, batch.remaining
+    seqs, computed, remaining = batch.seqs, batch.computed, batch.remaining
     seq_ids = [seq.seq_id for seq in seqs]
     if not all(map(manager.can_append_without_copy, seq_ids)):
         return None  # a shared partial block is copied first
@@ -112,7 +112,7 @@ def hybrid_fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, n
             return None
     end_time = clock[span]
     executor.decoded_span(sum(computed), num_seqs, span, computed)
-    decode_synthetic(seqs, generated, span)
+    decode_synthetic(seqs, span)
     finished: list[SequenceGroup] = []
     if span == first_finish:  # the groups of the sequences done now, in running order
         done = {seqs[i].group: None for i, left in enumerate(remaining) if left == span}

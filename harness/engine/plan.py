@@ -133,7 +133,7 @@ class StepPlan:
         n, start = chunk.end - chunk.start, chunk.start
         self.num_batched_tokens += sign * n
         # prefill: prompt tokens (the last one alone too), or several tokens of a recompute
-        if chunk.end < chunk.seq.num_tokens or n > 1 or chunk.members or not chunk.seq.generated:
+        if chunk.end < chunk.seq.num_tokens or n > 1 or chunk.members or not chunk.seq.num_generated:
             self.num_prefill_tokens += sign * n
         self.num_seqs += sign * (1 + len(chunk.members))
         # token i (0-based in the chunk) attends to start + i + 1 positions

@@ -154,6 +154,7 @@ class Scheduler:
         tokens: list[int] = []
         starts: list[int] = []
         prompt_ends = 0  # sequences whose one token is their prompt's last (nothing generated)
+        base = SYNTHETIC_TOKEN_BASE
         # NOTE: the loop runs once per decoding sequence; ``xs.append(x)`` is cheaper than
         # a bound ``append`` kept in a local on Python 3.11 (a specialised call)
         for group in self.running[index:index + self._budget]:
@@ -161,14 +162,17 @@ class Scheduler:
                 (seq,) = group.seqs  # NOTE: a multi-sequence group raises (no len() per group)
             except ValueError:
                 break
-            generated = seq.generated
+            g = seq.num_generated
             start = seq.num_computed
-            if start != seq.prompt_len + len(generated) - 1:
+            if start != seq.prompt_len + g - 1:
                 break
             seqs.append(seq)
             seq_ids.append(seq.seq_id)
-            if generated:
-                tokens.append(generated[-1])
+            if g:  # the last generated token (Sequence.token_at(g - 1), inlined: none stored)
+                if (offset := seq.synthetic_offset) >= 0 and not seq.stored:
+                    tokens.append(base + (offset + g - 1) % base)
+                else:
+                    tokens.append(seq.token_at(g - 1))
             else:
                 tokens.append(int(seq.prompt[-1]))
                 prompt_ends += 1
@@ -180,7 +184,7 @@ class Scheduler:
             if done < len(seqs):
                 del seqs[done:], starts[done:]
                 if prompt_ends:
-                    prompt_ends = sum(1 for seq in seqs if not seq.generated)
+                    prompt_ends = sum(1 for seq in seqs if not seq.num_generated)
             plan.add_decodes(seqs, starts, prompt_ends)
             self._budget -= done
         return index + done
@@ -211,7 +215,7 @@ class Scheduler:
         with no token since the last one adds nothing)."""
         if group.width != 1 or not group.seqs:
             return
-        count = len(group.seqs[0].generated)
+        count = group.seqs[0].num_generated
         if not count:
             return
         breaks = group.token_breaks
@@ -470,7 +474,7 @@ class Scheduler:
             if not seqs:
                 continue
             output_len = group.request.output_len
-            if len(seqs) > 1 and not all(len(seq.generated) >= output_len for seq in seqs):
+            if len(seqs) > 1 and not all(seq.num_generated >= output_len for seq in seqs):
                 if group.request.beam_width > 1:
                     self._reselect_beams(group)
                 continue
@@ -488,17 +492,13 @@ class Scheduler:
         its first token time is unset exactly when it has generated nothing yet (every
         sample sets it).
         """
-        base = SYNTHETIC_TOKEN_BASE
         for seq in seqs:
             seq.num_computed += 1
-            generated = seq.generated
-            g = len(generated)
+            g = seq.num_generated
             if sampled is not None:
-                generated.append(sampled[seq.seq_id])
-            elif (offset := seq.synthetic_offset) >= 0:  # synthetic_token_at, inlined
-                generated.append(base + (offset + g) % base)
-            else:
-                generated.append(seq.synthetic_token_at(g))
+                seq.append_token(sampled[seq.seq_id])
+            else:  # the formula's token (Sequence.synthetic_token_at)
+                seq.num_generated = g + 1
             if not g:
                 seq.group.first_token_time = now
             if g + 1 >= seq.output_len:
@@ -512,11 +512,12 @@ class Scheduler:
         end = chunk.end
         for seq in (chunk.seq, *chunk.members):  # NOTE: members are of a multi-sequence group
             seq.num_computed = end
-            generated = seq.generated
-            g = len(generated)
+            g = seq.num_generated
             if end == seq.prompt_len + g:
-                generated.append(sampled[seq.seq_id] if sampled is not None
-                                 else seq.synthetic_token_at(g))
+                if sampled is not None:
+                    seq.append_token(sampled[seq.seq_id])
+                else:  # the formula's token (Sequence.synthetic_token_at)
+                    seq.num_generated = g + 1
                 group = seq.group
                 if group.first_token_time is None:
                     group.first_token_time = now
@@ -536,9 +537,9 @@ class Scheduler:
             seqs = group.seqs
             output_len = group.request.output_len
             if len(seqs) == 1:
-                if len(seqs[0].generated) >= output_len:
+                if seqs[0].num_generated >= output_len:
                     finished.append(group)
-            elif seqs and all(len(seq.generated) >= output_len for seq in seqs):
+            elif seqs and all(seq.num_generated >= output_len for seq in seqs):
                 finished.append(group)
         for group in finished:
             self._finish(group, now)
@@ -571,9 +572,10 @@ class Scheduler:
         for i in picks:
             if i in seen:
                 parent = beams[i]
-                child = self._new_seq(group, array("q", parent.generated))
+                generated = array("q", parent.generated_ids().tolist())
                 # a different candidate token than the parent's: the beams diverge here
-                child.generated[-1] = child.synthetic_token_at(len(parent.generated) - 1)
+                child = self._new_seq(group, generated)
+                generated[-1] = child.synthetic_token_at(len(generated) - 1)
                 copies = self.manager.fork(parent.seq_id, child.seq_id, child.final_len)
                 if copies is not None:
                     child.num_computed = parent.num_computed

@@ -7,7 +7,6 @@ why that record stays separate)."""
 
 from __future__ import annotations
 
-import sys
 from array import array
 from typing import Sequence as SequenceOf
 
@@ -18,10 +17,6 @@ from harness.workloads.request import Request
 # Synthetic generated-token ids live above every id a workload uses for prompts
 # (workloads draw below 2**30), so they never collide with prompt ids.
 SYNTHETIC_TOKEN_BASE = 1 << 30
-# decode_synthetic's int64 words 1, 1, 1, ... and 0, 1, 2, ..., as native bytes
-_RAMP_WORDS = 4096
-_ONES = (array("q", [1]) * _RAMP_WORDS).tobytes()
-_STEPS = array("q", range(_RAMP_WORDS)).tobytes()
 
 
 class Sequence:
@@ -29,10 +24,17 @@ class Sequence:
 
     NOTE: ``num_computed`` tokens have their KV written; the sequence needs
     ``num_tokens - num_computed`` more before it can sample the next token.
+
+    NOTE: generated token ``i`` is ``stored[i]`` while ``i < len(stored)``, and
+    ``synthetic_token_at(i)`` after: the sim's tokens are a formula of the index, so
+    generating one is ``num_generated += 1`` (a span of ``count``: ``+= count``), and
+    only a token that is not the formula's (a model's sample, a beam's divergent one) is
+    stored, after the formula's tokens before it (``append_token``). Read the ids with
+    ``token_at``, ``generated_ids`` or ``token_ids``.
     """
 
-    __slots__ = ("seq_id", "group", "lineage", "prompt", "generated", "num_computed",
-                 "prompt_len", "output_len", "synthetic_offset")
+    __slots__ = ("seq_id", "group", "lineage", "prompt", "stored", "num_generated",
+                 "num_computed", "prompt_len", "output_len", "synthetic_offset")
 
     def __init__(self, seq_id: int, group: "SequenceGroup", lineage: int,
                  generated: array | None = None) -> None:
@@ -41,8 +43,9 @@ class Sequence:
         self.group = group  # None once the group finished (the engine cuts the cycle)
         self.lineage = lineage  # which sample / beam of its request this is
         self.prompt: np.ndarray = request.prompt_token_ids  # [prompt_len] int32
-        # int64 ids: cheap to extend by a range and to hash (its bytes are the digest's)
-        self.generated: array = generated if generated is not None else array("q")
+        # [<= num_generated] int64 ids: the generated tokens up to the last stored one
+        self.stored: array = generated if generated is not None else array("q")
+        self.num_generated = len(self.stored)
         self.num_computed = 0
         # NOTE: constants read on the per-step hot paths (cheaper than the attribute chains)
         self.prompt_len = len(self.prompt)
@@ -54,7 +57,7 @@ class Sequence:
 
     @property
     def num_tokens(self) -> int:
-        return self.prompt_len + len(self.generated)
+        return self.prompt_len + self.num_generated
 
     @property
     def final_len(self) -> int:
@@ -62,14 +65,55 @@ class Sequence:
 
     @property
     def finished(self) -> bool:
-        return len(self.generated) >= self.output_len
+        return self.num_generated >= self.output_len
+
+    def append_token(self, token: int) -> None:
+        """Generate ``token``, one that need not be ``synthetic_token_at`` its index (a
+        model sampled it): stored, after the formula's tokens before it."""
+        stored = self.stored
+        if len(stored) < self.num_generated:
+            stored.extend(self.synthetic_tokens(len(stored), self.num_generated - len(stored)))
+        stored.append(token)
+        self.num_generated += 1
+
+    def token_at(self, index: int) -> int:
+        """Generated token ``index`` (0-based, ``< num_generated``; -1: the last)."""
+        if index < 0:
+            index += self.num_generated
+        stored = self.stored
+        return stored[index] if index < len(stored) else self.synthetic_token_at(index)
+
+    def generated_ids(self, first: int = 0, end: int | None = None) -> np.ndarray:
+        """Generated tokens ``first .. end - 1`` (default: all) as an int64 array."""
+        if end is None:
+            end = self.num_generated
+        stored = self.stored
+        if first >= len(stored):  # (the sim's: none stored)
+            return self._formula_ids(first, end - first)
+        split = min(len(stored), end)  # the first not stored
+        return np.concatenate([np.asarray(stored[first:split], dtype=np.int64),
+                               self._formula_ids(split, end - split)])
+
+    def _formula_ids(self, first: int, count: int) -> np.ndarray:
+        """``synthetic_tokens(first, count)`` as an int64 array."""
+        offset = self.synthetic_offset
+        if offset < 0:
+            return self.group.request.output_token_ids[first:first + count].astype(np.int64)
+        start = offset + first
+        if start + count <= SYNTHETIC_TOKEN_BASE:  # no wrap-around
+            return np.arange(SYNTHETIC_TOKEN_BASE + start, SYNTHETIC_TOKEN_BASE + start + count,
+                             dtype=np.int64)
+        ids = np.arange(start, start + count, dtype=np.int64)
+        ids %= SYNTHETIC_TOKEN_BASE
+        ids += SYNTHETIC_TOKEN_BASE
+        return ids
 
     def token_ids(self, start: int, end: int) -> np.ndarray:
         """Token ids at positions [start, end) as an int32 array."""
         prompt_len = self.prompt_len
         if end <= prompt_len:
             return self.prompt[start:end]
-        tail = np.asarray(self.generated[max(start - prompt_len, 0):end - prompt_len], dtype=np.int32)
+        tail = self.generated_ids(max(start - prompt_len, 0), end - prompt_len).astype(np.int32)
         if start >= prompt_len:
             return tail
         return np.concatenate([self.prompt[start:], tail])
@@ -128,40 +172,9 @@ def kv_span(last: int, tokens: SequenceOf[int]) -> SequenceOf[int]:
     return [last, *tokens[:-1]]
 
 
-def decode_synthetic(seqs: list[Sequence], firsts: list[int], count: int,
-                     kv_tokens: list | None = None) -> None:
-    """Each sequence decodes ``count`` tokens at once: ``generated`` grows by
-    ``synthetic_tokens(first, count)`` (``first`` = ``len(generated)``, from ``firsts``)
-    and ``num_computed`` by ``count``. ``kv_tokens``, when a list, gets each one's
-    ``kv_span`` (read before the tokens are added).
-
-    NOTE: ``array.extend`` converts a range element by element. A run of consecutive ids
-    ``start, start + 1, ...`` is copied in as bytes instead: as native int64 words they are
-    the bytes of the integer ``start * ones + steps``, where ``ones``' words are all 1 and
-    ``steps``' are 0, 1, 2, ... (no word carries into the next: every id is below 2**31),
-    and Python computes that in a few C loops over the words.
-    """
-    base, order = SYNTHETIC_TOKEN_BASE, sys.byteorder
-    limit = -1  # the last start that neither wraps nor runs past the ramp (none: -1)
-    if count <= _RAMP_WORDS:
-        limit = base - count
-        width = 8 * count  # the bytes of ``count`` int64 words ("q")
-        ones = int.from_bytes(_ONES[:width], order)
-        ramp = base * ones + int.from_bytes(_STEPS[:width], order)  # base + 0, base + 1, ...
-    keep = kv_tokens.append if kv_tokens is not None else None
-    for seq, first in zip(seqs, firsts):
-        generated = seq.generated
-        offset = seq.synthetic_offset
-        start = (offset + first) % base
-        if offset < 0 or start > limit:  # given, or wrapping
-            tokens = seq.synthetic_tokens(first, count)
-            if keep is not None:
-                keep(kv_span(generated[-1], tokens))
-            generated.extend(tokens)
-        else:
-            if keep is not None:  # kv_span, inlined: the last token is start - 1 (no wrap)
-                last = generated[-1]
-                keep(range(last, last + count) if last == base + start - 1
-                     else [last, *range(base + start, base + start + count - 1)])
-            generated.frombytes((start * ones + ramp).to_bytes(width, order))
+def decode_synthetic(seqs: list[Sequence], count: int) -> None:
+    """Each sequence decodes ``count`` tokens at once (``synthetic_tokens`` of the next
+    indices: ``num_generated`` grows by ``count``), and ``num_computed`` by ``count``."""
+    for seq in seqs:
+        seq.num_generated += count
         seq.num_computed += count

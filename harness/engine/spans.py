@@ -10,7 +10,7 @@ from itertools import accumulate
 
 from typing import TYPE_CHECKING
 
-from harness.engine.sequence import Sequence, SequenceGroup, kv_span
+from harness.engine.sequence import SYNTHETIC_TOKEN_BASE, Sequence, SequenceGroup, kv_span
 
 if TYPE_CHECKING:
     from harness.engine.scheduler import Scheduler
@@ -104,7 +104,7 @@ class DecodingBatch:
             if group.request.beam_width > 1:
                 return None
             for seq in group.seqs:
-                g = len(seq.generated)
+                g = seq.num_generated
                 c = seq.num_computed
                 if c != seq.prompt_len + g - 1 or not g:
                     return None
@@ -118,6 +118,17 @@ class DecodingBatch:
 
     def kv_tokens(self, span: int) -> list[range | list[int]]:
         """[num_seqs]: each sequence's tokens whose KV the next ``span`` steps write
-        (``kv_span``); read before the span's tokens are added."""
-        return [kv_span(seq.generated[-1], seq.synthetic_tokens(first, span))
-                for seq, first in zip(self.seqs, self.generated)]
+        (``kv_span``); read before the span's tokens are added.
+
+        NOTE: most are synthetic ids that do not wrap around: the range from the last
+        one, inlined (the loop runs once per running sequence and span)."""
+        base = SYNTHETIC_TOKEN_BASE
+        spans: list[range | list[int]] = []
+        for seq, first in zip(self.seqs, self.generated):
+            offset = seq.synthetic_offset
+            start = (offset + first) % base  # token ``first`` is base + start (synthetic)
+            if offset >= 0 and not seq.stored and 0 < start <= base - span:
+                spans.append(range(base + start - 1, base + start + span - 1))
+            else:
+                spans.append(kv_span(seq.token_at(first - 1), seq.synthetic_tokens(first, span)))
+        return spans

@@ -284,7 +284,7 @@ class TorchExecutor:
         for row, c in enumerate(decode):
             seq, pos = c.seq, c.start
             prompt_len = len(seq.prompt)
-            tokens[row] = seq.prompt[pos] if pos < prompt_len else seq.generated[pos - prompt_len]
+            tokens[row] = seq.prompt[pos] if pos < prompt_len else seq.token_at(pos - prompt_len)
             positions[row] = pos
             write_slots.extend(manager.slot_mapping(seq.seq_id, pos, pos + 1))
             dec_lens.append(c.end)
@@ -402,7 +402,7 @@ class TorchExecutor:
                 if host_logits is None:
                     host_logits = logits.to("cpu", torch.float64)
                 sampled[seq.seq_id] = seeded_sample(host_logits[i], self.seed, seq.group.request.request_id,
-                                                    seq.lineage, len(seq.generated))
+                                                    seq.lineage, seq.num_generated)
         return sampled
 
     # ----------------------------------------------------------------- reports
@@ -437,7 +437,7 @@ class TorchExecutor:
             "slow_steps": self._slow_steps(durations),
             # each request's greedy tokens: harness.engine.token_check replays them, then
             # removes them from the report (results.json keeps its figures only)
-            "_tokens": {rid: list(seq.generated) for rid, seq in sorted(self.greedy_seqs.items())},
+            "_tokens": {rid: seq.generated_ids().tolist() for rid, seq in sorted(self.greedy_seqs.items())},
         }
         graph = np.asarray([s.cuda_graph for s in log], dtype=bool)
         if graph.any():  # decode steps by path: replayed graphs vs eager (prefill-free) steps
