@@ -63,3 +63,25 @@ def test_a_run_of_spans_alone_keeps_each_columns_dtype():
     table = compact.step_table()
     pd.testing.assert_frame_equal(table, rows.step_table(), check_exact=True)
     assert table["num_seqs"].dtype == np.int64 and table["time_s"].dtype == np.float64
+
+
+@pytest.mark.parametrize("span_value", [2.5, 7, [1.5, 2.5, 3.5]])
+def test_single_rows_and_spans_of_other_kinds_promote_as_one_list_does(span_value):
+    """Single rows of ints with spans of floats (or ints) among them: the column's dtype and
+    values are those of all its values in one list."""
+    compact, rows = RunRecorder(capacity_slots=1), RunRecorder(capacity_slots=1)
+    for block in range(3):
+        for recorder in (compact, rows):  # two single rows
+            for _ in range(2):
+                recorder.steps["step"].append(len(recorder.steps["step"]))
+                for name in STEP_COLUMNS[1:]:
+                    recorder.steps[name].append(block)
+        columns = {name: span_value for name in STEP_COLUMNS[1:]}
+        compact.record_span(3, columns)
+        first = len(rows.steps["step"])
+        rows.steps["step"].extend(range(first, first + 3))
+        for name in STEP_COLUMNS[1:]:
+            rows.steps[name].extend(_expand(span_value, 3))
+    table = compact.step_table()
+    pd.testing.assert_frame_equal(table, rows.step_table(), check_exact=True)
+    assert table["num_seqs"].dtype == (np.int64 if span_value == 7 else np.float64)

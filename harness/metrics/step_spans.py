@@ -56,21 +56,37 @@ class StepSpans:
         lengths = np.array(self.sizes, dtype=np.int64)  # [spans]
         total = int(lengths.sum())
         within, span_rows, single = span_layout(self.firsts, lengths, steps)
+        # NOTE: a column is gathered from its single rows' values and its spans' (scattering
+        # the two into an empty column cost twice as much), and a column of one number per
+        # span is repeated over runs of rows (a single row, a span's), in row order (about a
+        # third of the cost of laying it: the contiguous systems' 285k rows)
+        singles = steps - total
+        source = np.empty(steps, dtype=np.int64)  # [steps]: each row's place in the two parts
+        source[single] = np.arange(singles)
+        source[span_rows] = singles + np.arange(total)
+        runs = np.argsort(np.concatenate([np.flatnonzero(single),  # [singles + spans]: by row
+                                          np.array(self.firsts, dtype=np.int64)]))
+        run_lengths = np.concatenate([np.ones(singles, dtype=np.int64), lengths])[runs]
         merged = {"step": columns["step"]}
         for name, single_values in columns.items():
             if name == "step":
                 continue
             values = self.columns[name]
-            if len(values) != len(lengths) or len(single_values) != steps - total:
+            if len(values) != len(lengths) or len(single_values) != singles:
                 raise RuntimeError(f"step column {name}: {len(values)} spans of "  # invariant
                                    f"{len(lengths)}, {len(single_values)} single rows of "
-                                   f"{steps - total}")
-            laid = _span_values(values, self.listed[name], lengths, within, convert)  # [total]
-            dtype = np.result_type(single_values, laid) if len(single_values) else laid.dtype
-            column = np.empty(steps, dtype=dtype)
-            column[single] = single_values
-            column[span_rows] = laid
-            merged[name] = column
+                                   f"{singles}")
+            kinds = set(map(type, values))
+            if not singles:  # every row a span's
+                merged[name] = _span_values(values, kinds, self.listed[name], lengths, within,
+                                            convert)
+            elif not kinds & {range, type(None)}:  # a number per span
+                merged[name] = np.repeat(np.concatenate([single_values, convert(values)])[runs],
+                                         run_lengths)
+            else:
+                laid = _span_values(values, kinds, self.listed[name], lengths, within,
+                                    convert)  # [total]
+                merged[name] = np.concatenate([single_values, laid])[source]
         return merged
 
 
@@ -87,11 +103,10 @@ def span_layout(firsts: list[int], lengths: np.ndarray, steps: int
     return within, span_rows, single
 
 
-def _span_values(values: list, listed: list, lengths: np.ndarray, within: np.ndarray,
-                 convert: Callable[[list], np.ndarray]) -> np.ndarray:
+def _span_values(values: list, kinds: set[type], listed: list, lengths: np.ndarray,
+                 within: np.ndarray, convert: Callable[[list], np.ndarray]) -> np.ndarray:
     """[sum(lengths)]: one column's values over the spans, span after span (``values``:
-    ``StepSpans.columns``', ``listed``: ``StepSpans.listed``')."""
-    kinds = set(map(type, values))
+    ``StepSpans.columns``', ``kinds``: their types, ``listed``: ``StepSpans.listed``')."""
     if kinds == {type(None)}:  # all lists
         return convert(listed)
     if kinds == {range}:  # start + step * (its step within the span)
@@ -100,13 +115,18 @@ def _span_values(values: list, listed: list, lengths: np.ndarray, within: np.nda
         return np.repeat(starts, lengths) + np.repeat(strides, lengths) * within
     if not kinds & {range, type(None)}:  # a number per span: repeated over its steps
         return np.repeat(convert(values), lengths)
-    # a mix (a few spans' numbers among lists, say): the others' values in Python
+    # a mix (a few spans' numbers among lists, say)
     was_list = [value is None for value in values]  # [spans]
-    others: list = []
-    for value, count in zip(compress(values, [not x for x in was_list]),
-                            lengths[~np.array(was_list)].tolist()):
-        others += value if type(value) is range else [value] * count
-    from_lists, from_others = convert(listed), convert(others)
+    given = list(compress(values, [not x for x in was_list]))  # the others' values
+    given_lengths = lengths[~np.array(was_list)]
+    if range in kinds:  # their steps' values in Python
+        others: list = []
+        for value, count in zip(given, given_lengths.tolist()):
+            others += value if type(value) is range else [value] * count
+        from_others = convert(others)
+    else:  # numbers: each repeated over its steps
+        from_others = np.repeat(convert(given), given_lengths)
+    from_lists = convert(listed)
     in_lists = np.repeat(np.array(was_list), lengths)  # [sum(lengths)]
     # (the dtype of the parts that have values: an empty list converts to float64)
     dtype = np.result_type(*(part for part in (from_lists, from_others) if len(part)))
