@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
-from numpy._core.multiarray import _set_madvise_hugepage
 
 from harness import __version__
 from harness.config.specs import (EngineSpec, HardwareSpec, ModelSpec, SloSpec, SystemSpec, check_run_options,
                             kv_capacity_slots, wants_report)
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
+from harness.run.huge_pages import without_huge_pages
 from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
@@ -486,26 +486,10 @@ def _workload_notes(rows: dict, max_model_len: int) -> list[str]:
     return notes
 
 
-@contextlib.contextmanager
-def _without_huge_pages():
-    """Within the block, numpy allocates arrays without asking for transparent huge pages
-    (``madvise(MADV_HUGEPAGE)``, numpy's ``global_state``); as before after it.
-
-    NOTE: numpy asks for huge pages for every array of 4 MiB or more; where the kernel's
-    huge pages are on ``madvise`` with ``defrag=madvise`` (this machine), the first touch
-    of each 2 MiB page zeroes it and may compact memory first. The paged system's ITL
-    figures (800k token gaps on Azure conv: a dozen fresh 6 MB temporaries) spent 0.1 s
-    of kernel time on it, varying with the machine's memory from run to run (the
-    summary's 0.25-0.37 CPU s); without, about 0.01 s. Values are unchanged.
-    """
-    previous = _set_madvise_hugepage(False)
-    try:
-        yield
-    finally:
-        _set_madvise_hugepage(previous)
-
-
-@_without_huge_pages()
+# NOTE: the paged system's ITL figures (800k token gaps on Azure conv: a dozen fresh 6 MB
+# temporaries) spent about 0.1 s of kernel time paging in huge pages, varying from run to
+# run (the summary's 0.25-0.37 CPU s); without them about 0.01 s (harness.run.huge_pages)
+@without_huge_pages()
 def _system_summary(system: SystemSpec, run: EngineRun, steps: pd.DataFrame,
                     requests: pd.DataFrame, model: ModelSpec, slo: SloSpec = SloSpec()) -> dict:
     """The system's entry in results.json, from its run and its step and request tables;
