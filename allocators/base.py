@@ -63,6 +63,9 @@ class Capabilities:
     swaps: ``swap_out`` / ``swap_in`` move a sequence to CPU memory and back; without
     it (radix, paged_hybrid) a preemption under ``engine.preemption=swap`` recomputes,
     counted as ``manager_does_not_swap`` in results.json's ``recomputed_instead_of_swap``.
+    reads_decode_tokens: ``append_decode`` reads its ``token_ids`` (default, the safe
+    side). False: it never looks at them (it keys nothing on token content), and the
+    scheduler passes ``None`` instead of building one id per decoding sequence per step.
     """
 
     layout: Literal["paged", "contiguous", "none"]
@@ -75,6 +78,7 @@ class Capabilities:
     layer_groups: bool = False
     swaps: bool = True
     block_residency: bool = False
+    reads_decode_tokens: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +223,8 @@ class BatchedDecode(Protocol):
     def append_decode(self, seq_ids: Sequence[int], token_ids: Any,
                       copies: list[tuple[int, int]]) -> int:
         """``append(seq_id, [token])`` for each in order, copies into ``copies``; stops at
-        the first that does not fit and returns how many got their slot."""
+        the first that does not fit and returns how many got their slot. ``token_ids`` is
+        None when ``Capabilities.reads_decode_tokens`` is False (the ids go unread)."""
 
     def append_batch(self, seq_ids: Sequence[int], token_lists: Sequence[Sequence[int]],
                      copies: list[tuple[int, int]]) -> int:

@@ -101,7 +101,7 @@ class ContiguousKVCacheManager:
         self._cpu = FirstFitArena(num_cpu_slots) if num_cpu_slots else None
         self.stats = ManagerStats()
         self.capabilities = Capabilities(layout=self.tensor_layout, batched_decode=True,
-                                         bulk_decode="contiguous",
+                                         bulk_decode="contiguous", reads_decode_tokens=False,
                                          knows_final_len=policy != "max")
         self._seqs: dict[int, _Res] = {}
         # NOTE: ``advance_all`` appends to every sequence in O(1) by adding to ``_shift``:
@@ -234,11 +234,12 @@ class ContiguousKVCacheManager:
         self._ledger.written += k
         return []
 
-    def append_decode(self, seq_ids: Sequence[int], token_ids: Iterable[int],
+    def append_decode(self, seq_ids: Sequence[int], token_ids: Iterable[int] | None,
                       copies: list[tuple[int, int]]) -> int:
         """One decode step: ``append(seq_id, [token])`` for each sequence, in order, in one
         call. Never short of memory, so it returns ``len(seq_ids)``; no copies, and the
-        token ids are not read (a contiguous extent keys nothing on them)."""
+        token ids are not read (a contiguous extent keys nothing on them:
+        ``Capabilities.reads_decode_tokens`` is False, the scheduler passes None)."""
         seqs, shift = self._seqs, self._shift
         done = 0
         try:

@@ -70,6 +70,9 @@ class Scheduler:
         self._maps_pages = manager.capabilities.maps_pages
         # one decode token per sequence in one manager call (Capabilities.batched_decode)
         self._batch_decode = manager.append_decode if manager.capabilities.batched_decode else None
+        # whether append_decode reads the token ids (Capabilities.reads_decode_tokens): if
+        # not, _decode_run builds none and passes None
+        self._decode_tokens = manager.capabilities.reads_decode_tokens
         self._pages_seen = (0, 0)  # (mapped, unmapped) pages counted into earlier plans
         # The simulated time the next schedule()'s step starts at (the engine sets it): a
         # group that produces no token in that step records it (SequenceGroup.token_breaks)
@@ -148,10 +151,12 @@ class Scheduler:
 
         NOTE: these groups are not added to ``_scheduled``: a single-sequence group is
         never revisited in the same step (a preemption victim is always a later group).
+        The token ids are built only for a manager that reads them
+        (``Capabilities.reads_decode_tokens``); the others get None.
         """
         seqs: list[Sequence] = []
         seq_ids: list[int] = []
-        tokens: list[int] = []
+        tokens: list[int] | None = [] if self._decode_tokens else None  # each one's last token
         starts: list[int] = []
         prompt_ends = 0  # sequences whose one token is their prompt's last (nothing generated)
         base = SYNTHETIC_TOKEN_BASE
@@ -168,14 +173,15 @@ class Scheduler:
                 break
             seqs.append(seq)
             seq_ids.append(seq.seq_id)
-            if g:  # the last generated token (Sequence.token_at(g - 1), inlined: none stored)
-                if (offset := seq.synthetic_offset) >= 0 and not seq.stored:
+            if not g:
+                prompt_ends += 1
+            if tokens is not None:  # its last token (Sequence.token_at, inlined: none stored)
+                if not g:
+                    tokens.append(int(seq.prompt[-1]))
+                elif (offset := seq.synthetic_offset) >= 0 and not seq.stored:
                     tokens.append(base + (offset + g - 1) % base)
                 else:
                     tokens.append(seq.token_at(g - 1))
-            else:
-                tokens.append(int(seq.prompt[-1]))
-                prompt_ends += 1
             starts.append(start)
         if not seqs:
             return index
