@@ -45,7 +45,8 @@ class Capabilities:
     ``tensor_layout``, so a config is checked before any manager is built.
     batched_decode: ``append_decode(seq_ids, tokens, copies) -> done`` (``BatchedDecode``).
     bulk_decode: fast-forward's closed form for a span of decode steps: ``paged``
-    (``PagedBulkDecode``), ``contiguous`` (``append_batch`` and a constant allocation),
+    (``PagedBulkDecode``), ``contiguous`` (``append_batch``, a constant allocation, and
+    ``advance_all(count, num_seqs)``: every sequence held appends ``count`` tokens in O(1)),
     ``hybrid`` (``HybridBulkDecode``: the span's steps appended one by one, without the
     scheduler), or None (fast-forward steps this manager one step at a time).
     prefix_cache: ``admit`` may serve prompt tokens from a cache (``cached_prefix_tokens``).

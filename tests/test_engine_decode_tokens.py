@@ -35,15 +35,22 @@ def test_the_contiguous_systems_declare_their_decode_tokens_unread():
     assert {"max", "pow2", "oracle"} <= {system.name for system in UNREAD}
 
 
-def _run(monkeypatch, requests, system, spec, *, reads: bool):
-    """The run, with ``reads_decode_tokens`` set to ``reads``; and the types of the
+def _run(monkeypatch, requests, system, spec, *, reads: bool | None = None,
+         advance_all: bool = True):
+    """The run, with ``reads_decode_tokens`` set to ``reads`` (None: as declared) and, with
+    ``advance_all=False``, a contiguous manager's O(1) ``advance_all`` refused (the
+    scheduler and fast-forward take their general paths); and the types of the
     ``token_ids`` its ``append_decode`` got."""
     build = engine_helpers.build_manager
     seen: set[type] = set()
 
     def build_with(*args, **kwargs):
         manager = build(*args, **kwargs)
-        manager.capabilities = dataclasses.replace(manager.capabilities, reads_decode_tokens=reads)
+        if reads is not None:
+            manager.capabilities = dataclasses.replace(manager.capabilities,
+                                                       reads_decode_tokens=reads)
+        if not advance_all:
+            manager.advance_all = lambda count, num_seqs: False
         append_decode = manager.append_decode
 
         def spy(seq_ids, token_ids, copies):
@@ -58,19 +65,35 @@ def _run(monkeypatch, requests, system, spec, *, reads: bool):
         return run(requests, system, spec, max_model_len=1024), seen
 
 
-@pytest.mark.parametrize("fast_forward", [False, True])
+def _assert_same_run(a, b) -> None:
+    pd.testing.assert_frame_equal(a.recorder.step_table(), b.recorder.step_table(),
+                                  check_exact=True)
+    pd.testing.assert_frame_equal(a.recorder.request_table(), b.recorder.request_table(),
+                                  check_exact=True)
+    assert a.output_digest == b.output_digest
+
+
+SPECS = {
+    "step_by_step": dict(fast_forward=False),
+    "fast_forward": dict(fast_forward=True),
+    # decode runs that stop before a chunked prefill (not every sequence held)
+    "chunked": dict(fast_forward=True, chunked_prefill=True, max_num_batched_tokens=64),
+}
+
+
+@pytest.mark.parametrize("spec", sorted(SPECS))
 @pytest.mark.parametrize("system", UNREAD, ids=lambda s: s.name)
-def test_unread_decode_tokens_change_nothing(monkeypatch, system, fast_forward):
+def test_unread_decode_tokens_change_nothing(monkeypatch, system, spec):
     rng = np.random.default_rng(7)
     lengths = [(int(p), int(o)) for p, o in zip(rng.integers(1, 300, 50), rng.integers(1, 300, 50))]
     # a shared prefix (a keyed manager would hit it), and a pool that makes requests wait
     requests = make_requests(lengths, gap=0.01, prefix=np.arange(32, dtype=np.int32))
-    spec = dataclasses.replace(SPEC, fast_forward=fast_forward)
-    given, given_types = _run(monkeypatch, requests, system, spec, reads=True)
-    skipped, skipped_types = _run(monkeypatch, requests, system, spec, reads=False)
+    spec = dataclasses.replace(SPEC, **SPECS[spec])
+    given, given_types = _run(monkeypatch, requests, system, spec, reads=True, advance_all=False)
+    skipped, skipped_types = _run(monkeypatch, requests, system, spec, reads=False,
+                                  advance_all=False)
     assert given_types == {list} and skipped_types == {type(None)}  # the scheduler obeys
-    pd.testing.assert_frame_equal(given.recorder.step_table(), skipped.recorder.step_table(),
-                                  check_exact=True)
-    pd.testing.assert_frame_equal(given.recorder.request_table(), skipped.recorder.request_table(),
-                                  check_exact=True)
-    assert given.output_digest == skipped.output_digest
+    _assert_same_run(given, skipped)
+    # as declared: a contiguous manager's decode runs of all its sequences take advance_all
+    declared, _ = _run(monkeypatch, requests, system, spec)
+    _assert_same_run(given, declared)

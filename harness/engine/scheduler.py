@@ -73,6 +73,9 @@ class Scheduler:
         # whether append_decode reads the token ids (Capabilities.reads_decode_tokens): if
         # not, _decode_run builds none and passes None
         self._decode_tokens = manager.capabilities.reads_decode_tokens
+        # a contiguous closed form appends one token to every sequence it holds in O(1)
+        self._advance_all = (manager.advance_all if manager.capabilities.bulk_decode == "contiguous"
+                             else None)
         self._pages_seen = (0, 0)  # (mapped, unmapped) pages counted into earlier plans
         # The simulated time the next schedule()'s step starts at (the engine sets it): a
         # group that produces no token in that step records it (SequenceGroup.token_breaks)
@@ -152,10 +155,10 @@ class Scheduler:
         NOTE: these groups are not added to ``_scheduled``: a single-sequence group is
         never revisited in the same step (a preemption victim is always a later group).
         The token ids are built only for a manager that reads them
-        (``Capabilities.reads_decode_tokens``); the others get None.
+        (``Capabilities.reads_decode_tokens``); the others get None. A contiguous closed
+        form (``Capabilities.bulk_decode``) advances a run of all its sequences at once.
         """
         seqs: list[Sequence] = []
-        seq_ids: list[int] = []
         tokens: list[int] | None = [] if self._decode_tokens else None  # each one's last token
         starts: list[int] = []
         prompt_ends = 0  # sequences whose one token is their prompt's last (nothing generated)
@@ -172,7 +175,6 @@ class Scheduler:
             if start != seq.prompt_len + g - 1:
                 break
             seqs.append(seq)
-            seq_ids.append(seq.seq_id)
             if not g:
                 prompt_ends += 1
             if tokens is not None:  # its last token (Sequence.token_at, inlined: none stored)
@@ -185,7 +187,14 @@ class Scheduler:
             starts.append(start)
         if not seqs:
             return index
-        done = batch_decode(seq_ids, tokens, plan.copies)
+        advance_all = self._advance_all
+        if advance_all is not None and advance_all(1, len(seqs)):
+            # NOTE: the run is every sequence the manager holds (as many, none swapped out),
+            # and none passes its final_len (it has tokens left to generate): exactly
+            # append_decode's appends, without the walk
+            done = len(seqs)
+        else:
+            done = batch_decode([seq.seq_id for seq in seqs], tokens, plan.copies)
         if done:
             if done < len(seqs):
                 del seqs[done:], starts[done:]
