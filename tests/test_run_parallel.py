@@ -80,8 +80,9 @@ def interrupt_cli(proc: subprocess.Popen, after: str, wait_s: float) -> tuple[in
 
 @pytest.mark.serial  # (a signal at a moment in the run: alone, not beside another worker)
 def test_ctrl_c_stops_the_workers_and_writes_what_has_run(tmp_path, run_cli):
-    # each system takes several seconds: two are running at Ctrl-C, oracle waits for a worker
-    proc = run_cli.start(tmp_path, "workload=sharegpt_like", "workload.num_requests=20000",
+    # each system takes several seconds (max, the fastest, about 5 s on 2 cores on
+    # 2026-12-05): two are running at Ctrl-C, oracle waits for a worker
+    proc = run_cli.start(tmp_path, "workload=sharegpt_like", "workload.num_requests=60000",
                          "systems=[paged,max,oracle]", "jobs=2", stdout=subprocess.DEVNULL)
     status, stderr = interrupt_cli(proc, after="running 3 systems in 2 processes", wait_s=2)
     assert (status, "Traceback" in stderr) == (130, False), stderr
