@@ -30,7 +30,9 @@ assert array("i").itemsize == 4, "token buffers assume a 4-byte C int (np.int32 
 MASK = (1 << 64) - 1
 MUL = 0x9E3779B97F4A7C15  # odd, so invertible mod 2**64
 VECTOR_MIN_BLOCKS = 96  # from this many blocks on, chains are computed with numpy
-SPLIT_MIN_BLOCKS = 16  # from this many blocks on, numpy splits the bytes into blocks
+# From this many blocks on, numpy splits the bytes into blocks (measured: on the replay of
+# the Azure conv paged manager's calls, 2026-12-04, -4% instructions against slicing)
+SPLIT_MIN_BLOCKS = 16
 
 
 class _Powers:

@@ -179,8 +179,7 @@ class SimExecutor:
         # span: ``decode_span``), and its steps' attention_decode values end to end in
         # span_decodes; laid into the columns with numpy at the end (``phase_columns``)
         self.phase_spans: list[tuple[int, int, float, ...]] = []
-        self.span_decodes = array("d")
-        self._span_steps = 0  # the steps of the spans in phase_spans
+        self.span_decodes = array("d")  # [the spans' steps]
         self.decode_read_slots = 0  # KV slots the decodes read (attention_decode's work)
         # NOTE: the last span decode_durations priced, for decoded_span: (sum_positions,
         # num_seqs, steps, its phases as decode_span gives them)
@@ -288,11 +287,10 @@ class SimExecutor:
             extra = (positions,) if self.layers is not None else ()
             columns = self.cost_model.decode_span(sum_positions, num_seqs, span, *extra)[1]
         linear, prefill, decode, write, copy, swap, host = columns
-        self.phase_spans.append((len(self.phase_rows) + self._span_steps, span, linear, prefill,
-                                 write, copy, swap, host))
+        first = len(self.phase_rows) + len(self.span_decodes)  # the span's first step
+        self.phase_spans.append((first, span, linear, prefill, write, copy, swap, host))
         # (priced further: only what ran)
         self.span_decodes.fromlist(decode if len(decode) == span else decode[:span])
-        self._span_steps += span
         # step i reads sum_positions + num_seqs * (i + 1) slots
         self.decode_read_slots += span * sum_positions + num_seqs * span * (span + 1) // 2
         if self._tally is not None:
@@ -315,7 +313,6 @@ class SimExecutor:
         rows, self.phase_rows = self.phase_rows, []
         spans, self.phase_spans = self.phase_spans, []
         decodes, self.span_decodes = self.span_decodes, array("d")
-        self._span_steps = 0
         # [spans, 2 + phases - 1]: first step, steps (exact as floats), the phases but
         # attention_decode
         spans = np.array(spans, dtype=np.float64).reshape(len(spans), 1 + len(PHASES))
