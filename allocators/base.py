@@ -65,8 +65,12 @@ class Capabilities:
     it (radix, paged_hybrid) a preemption under ``engine.preemption=swap`` recomputes,
     counted as ``manager_does_not_swap`` in results.json's ``recomputed_instead_of_swap``.
     reads_decode_tokens: ``append_decode`` reads its ``token_ids`` (default, the safe
-    side). False: it never looks at them (it keys nothing on token content), and the
-    scheduler passes ``None`` instead of building one id per decoding sequence per step.
+    side). False: it never looks at them (it keys nothing on token content, or reads the
+    ids from ``token_sources``), and the scheduler passes ``None`` instead of building one
+    id per decoding sequence per step.
+    token_sources: it keys blocks on token ids read from each sequence's token source,
+    ``set_token_source(seq_id, source)``, which the engine gives every sequence it admits
+    or forks (``Sequence.token_run``); the ids its appends are given are only counted.
     """
 
     layout: Literal["paged", "contiguous", "none"]
@@ -80,6 +84,7 @@ class Capabilities:
     swaps: bool = True
     block_residency: bool = False
     reads_decode_tokens: bool = True
+    token_sources: bool = False
 
 
 @dataclass(frozen=True, slots=True)

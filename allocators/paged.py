@@ -6,8 +6,11 @@ so a sequence holding ``n`` tokens owns exactly ``ceil(n / block_size)`` blocks.
 Prefix caching: every FULL block gets a cache key (``pagebench.allocators.prefix_keys``: the
 chain hash of its tokens and of every block before it), prompt blocks and decode-produced
 blocks alike; the manager keeps each sequence's partial tail tokens so it can key a
-block when it fills. ``admit`` reuses the longest run of cached leading prompt
-blocks, capped at ``len(prompt) - 1`` tokens so at least one prompt token is computed.
+block when it fills. A sequence given a token source (``set_token_source``) has its ids
+read from it when a block fills, and its appends' ids are only counted: the decode path
+then builds no ids (``Capabilities.token_sources``). ``admit`` reuses the longest run of
+cached leading prompt blocks, capped at ``len(prompt) - 1`` tokens so at least one prompt
+token is computed.
 
 With an offload tier (``attach_offload``, ``pagebench.allocators.offload_tier``), a cached block the
 pool evicts leaves its key in a CPU (then disk) tier, and ``admit`` continues the run of
@@ -35,7 +38,8 @@ live in one engine class the managers then share; both undo the narrow interface
 from __future__ import annotations
 
 from array import array
-from typing import Iterable, Sequence
+from itertools import repeat
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -51,7 +55,7 @@ _PROMPT_MEMO = 64  # read-only prompts whose chains _prompt keeps (see there)
 
 class _Seq:
     __slots__ = ("table", "num_tokens", "final_len", "prompt_len", "keys", "tail", "cpu_blocks",
-                 "room", "known")
+                 "room", "known", "source")
 
     def __init__(self, table: list[int], num_tokens: int, final_len: int, prompt_len: int,
                  keys: list[int], tail: array) -> None:
@@ -60,7 +64,9 @@ class _Seq:
         self.final_len = final_len  # KV slots when the sequence ends
         self.prompt_len = prompt_len
         self.keys = keys  # cache key of each full block (prefix caching only)
-        self.tail = tail  # token ids in the partial last block (prefix caching only)
+        # token ids in the partial last block (prefix caching only): those of the positions
+        # from the first not keyed on; with a ``source``, possibly only the first of them
+        self.tail = tail
         self.cpu_blocks: list[int] | None = None  # CPU block ids while swapped out
         # NOTE: appends of up to ``room`` tokens stay inside the sole-owned, partially
         # filled last block (and within final_len): no block, copy or key changes, so
@@ -69,6 +75,9 @@ class _Seq:
         # The admitted tokens while some of their full blocks are not keyed yet, so that
         # chunks of them are keyed from the precomputed keys (prefix caching only).
         self.known: PromptKeys | None = None
+        # source(start, end): the ids at positions [start, end), read when a block fills
+        # (set_token_source; prefix caching only); None: the appends' ids are the tail's
+        self.source: Callable[[int, int], Sequence[int] | np.ndarray] | None = None
 
 
 @register_manager("paged")
@@ -121,7 +130,8 @@ class PagedKVCacheManager:
         self.stats = ManagerStats()
         self.capabilities = Capabilities(layout=self.tensor_layout, batched_decode=True, bulk_decode="paged",
                                          prefix_cache=self.enable_prefix_caching,
-                                         block_residency=True)
+                                         block_residency=True, reads_decode_tokens=False,
+                                         token_sources=self.enable_prefix_caching)
         self._seqs: dict[int, _Seq] = {}
         self._cpu_free: list[int] = list(range(num_cpu_blocks - 1, -1, -1))  # pop() -> lowest id
         self._ledger = PartialBlockLedger(block_size)
@@ -296,6 +306,8 @@ class PagedKVCacheManager:
         s = self._get_resident(seq_id, "look ahead of")
         if not self.enable_prefix_caching:
             return []
+        if s.source is not None:
+            self._read_tail(s, s.num_tokens)
         data = s.tail.tobytes() + token_bytes(token_ids)
         w = self._key_bytes
         return chain_keys(s.keys[-1] if s.keys else 0, data, 0, len(data) // w, w)
@@ -436,7 +448,7 @@ class PagedKVCacheManager:
             s.num_tokens += k
             self._ledger.fill_sum += k
             self._logical += k
-            if self.enable_prefix_caching:
+            if self.enable_prefix_caching and s.source is None:
                 if k == 1 and not isinstance(token_ids, np.ndarray):
                     s.tail.append(token_ids[0])
                 else:
@@ -458,7 +470,10 @@ class PagedKVCacheManager:
         self._logical += k
         if self.enable_prefix_caching:
             tail = s.tail
-            if k == 1 and not isinstance(token_ids, np.ndarray):
+            if s.source is not None:
+                if new_n >= (len(s.keys) + 1) * self.block_size:  # fills a block
+                    self._read_tail(s, new_n)
+            elif k == 1 and not isinstance(token_ids, np.ndarray):
                 tail.append(token_ids[0])
             else:
                 extend_tokens(tail, token_ids)
@@ -467,7 +482,7 @@ class PagedKVCacheManager:
         self._set_room(s)
         return copies
 
-    def append_decode(self, seq_ids: Sequence[int], token_ids: Iterable[int],
+    def append_decode(self, seq_ids: Sequence[int], token_ids: Iterable[int] | None,
                       copies: list[tuple[int, int]]) -> int:
         """One decode step: append ONE token to each sequence, in order.
 
@@ -475,7 +490,8 @@ class PagedKVCacheManager:
         blocks, copy-on-write and accounting); its copies are appended to ``copies``.
         Stops at the first sequence that does not fit (nothing changed for it) and
         returns how many leading sequences got their slot (``len(seq_ids)`` = all).
-        ``token_ids`` is consumed in step with ``seq_ids`` (one per sequence tried).
+        ``token_ids`` is consumed in step with ``seq_ids`` (one per sequence tried); None
+        when none is read (every sequence has a token source, or nothing is keyed).
         The batch form saves a Python call per sequence on the decode hot path.
         NOTE: misuse raises ValueError like ``append``, after committing the sequences
         before the faulty one. The common case (room left in the sole-owned partial last
@@ -488,13 +504,13 @@ class PagedKVCacheManager:
         free = self.pool.num_free  # blocks not promised to ``growing``
         in_block = done = 0
         try:
-            for seq_id, token in zip(seq_ids, token_ids):
+            for seq_id, token in zip(seq_ids, repeat(None) if token_ids is None else token_ids):
                 s = seqs.get(seq_id)
                 if s is not None and s.room:
                     s.room -= 1
                     s.num_tokens += 1
                     in_block += 1
-                    if caching:
+                    if caching and s.source is None:
                         s.tail.append(token)
                 else:
                     free = self._queue_growth(seq_id, s, (token,), growing, free, copies)
@@ -530,7 +546,7 @@ class PagedKVCacheManager:
                     s.room -= k
                     s.num_tokens += k
                     in_block += k
-                    if caching:
+                    if caching and s.source is None:
                         if isinstance(tokens, ndarray):
                             extend_tokens(s.tail, tokens)
                         elif k == 1:
@@ -611,8 +627,14 @@ class PagedKVCacheManager:
             fresh: list[int] = []
             for _, s, tokens, need in growing:
                 total += need
-                tail = s.tail
-                if isinstance(tokens, ndarray):
+                tail, keys = s.tail, s.keys
+                if s.source is not None:  # NOTE: _read_tail inlined (the decode hot path)
+                    end = s.num_tokens + len(tokens)
+                    if end < (len(keys) + 1) * bs:  # fills no block: no ids to read yet
+                        filling.append(None)
+                        continue
+                    extend_tokens(tail, s.source(len(keys) * bs + len(tail), end))
+                elif isinstance(tokens, ndarray):
                     extend_tokens(tail, tokens)
                 else:  # a range, list or tuple
                     tail.extend(tokens)
@@ -620,7 +642,6 @@ class PagedKVCacheManager:
                 if not count:
                     filling.append(None)
                     continue
-                keys = s.keys
                 parent = keys[-1] if keys else 0
                 data = tail.tobytes()
                 if count == 1:  # chain_keys inlined (the decode hot path)
@@ -630,8 +651,8 @@ class PagedKVCacheManager:
                 filling.append(new)
                 fresh += new
             if fresh and pool.holds_any(fresh):
-                for _, s, tokens, _ in growing:  # undo the tails' extensions
-                    del s.tail[len(s.tail) - len(tokens):]
+                for _, s, _, _ in growing:  # undo the tails' extensions
+                    del s.tail[s.num_tokens - len(s.keys) * bs:]
                 for seq_id, _, tokens, _ in growing:
                     self.append(seq_id, tokens)  # fits (counted), sole-owned: no copies
                 growing.clear()
@@ -712,6 +733,29 @@ class PagedKVCacheManager:
             ledger.add_owner(table[last], new_n - last * bs, min(bs, s.final_len - last * bs))
         return copies
 
+    def set_token_source(self, seq_id: int,
+                         source: Callable[[int, int], Sequence[int] | np.ndarray]) -> None:
+        """From now on read ``seq_id``'s token ids from ``source(start, end)`` (the ids at
+        positions ``[start, end)``, of tokens it holds) when a block fills: its appends'
+        ids are then only counted (they may be None in ``append_decode``). Needs prefix
+        caching (``Capabilities.token_sources``); the engine gives each sequence it admits
+        or forks its ``Sequence.token_run``.
+
+        NOTE: the decode path then builds no ids: the tail lags behind the tokens written
+        until a block fills, and reading its ids then gives the same bytes, so the same keys.
+        """
+        s = self._get(seq_id)
+        if not self.enable_prefix_caching:
+            raise ValueError("a token source feeds prefix-cache keys: enable prefix caching")
+        s.source = source
+
+    def _read_tail(self, s: _Seq, end: int) -> None:
+        """Extend the tail of ``s`` (which has a token source) with the ids it lacks of the
+        tokens before position ``end``, read from the source."""
+        start = len(s.keys) * self.block_size + len(s.tail)
+        if start < end:
+            extend_tokens(s.tail, s.source(start, end))
+
     def _key_full_blocks(self, s: _Seq) -> None:
         """Key and register the blocks the tail buffer has filled."""
         tail, keys = s.tail, s.keys
@@ -757,6 +801,8 @@ class PagedKVCacheManager:
         if final_len < p.num_tokens:
             raise ValueError(f"child final_len {final_len} < the {p.num_tokens} tokens it "
                              f"inherits from seq {parent_id}")
+        if p.source is not None:  # the child's ids up to here are the parent's
+            self._read_tail(p, p.num_tokens)
         c = _Seq(list(p.table), p.num_tokens, final_len, p.prompt_len, list(p.keys),
                  array("i", p.tail))
         c.known = p.known

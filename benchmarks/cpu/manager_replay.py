@@ -8,8 +8,9 @@
 ``record`` runs the ``paged`` system (or ``--system``) through the real engine on the sim
 executor, in this process, twice: once as it is, timed (CPU seconds), and once with every
 call the engine makes to its ``PagedKVCacheManager``'s methods recorded (admissions,
-appends, frees, forks, swaps, prefix queries, breakdowns; not attribute reads such as
-``num_free_blocks``), each with its arguments and its result. ``replay`` makes a fresh manager, makes the same calls in the same order,
+appends, frees, forks, swaps, prefix queries, breakdowns, token sources with the ids
+each gave, replayed in order; not attribute reads such as ``num_free_blocks``), each with
+its arguments and its result. ``replay`` makes a fresh manager, makes the same calls in the same order,
 checks every result against the recorded one and reports the CPU seconds per method
 (medians over ``--rounds``) beside the whole run's: the manager's share of the run.
 
@@ -45,7 +46,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 TOKEN_ARGS = {"admit": (1,), "append": (1,), "cached_prefix_tokens": (0,),
               "prefix_frontier_key": (0,), "filled_block_keys": (1,), "can_admit": (0,)}
 OTHER_METHODS = ("append_decode", "append_batch", "free", "fork", "swap_out", "swap_in",
-                 "can_append_without_copy", "breakdown")
+                 "can_append_without_copy", "breakdown", "set_token_source")
 
 
 def outcome(name: str, result, out: list | None):
@@ -130,9 +131,12 @@ class Recorder(OutermostCalls):
 
     def outermost(self, name: str, method, manager, args: tuple):
         args = list(args)
-        if name == "append_decode":
+        if name == "append_decode" and args[1] is not None:
             args[1] = list(args[1])  # consumed in step with the ids: materialise it
         kept = list(args)
+        if name == "set_token_source":  # kept: the ids its source gives, as it gives them
+            kept[1] = reads = []
+            args[1] = _recording(args[1], reads)
         for i in TOKEN_ARGS.get(name, ()):
             kept[i] = self._token_ref(args[i])
         if name == "append_batch":
@@ -213,6 +217,21 @@ def record(path: Path, overrides: list[str], system: str) -> dict:
             "run_cpu_s": round(run_cpu_s, 3)}
 
 
+def _recording(source, reads: list):
+    """``source``, keeping each answer in ``reads`` (for ``_replaying``)."""
+    def recorded(start: int, end: int):
+        ids = source(start, end)
+        reads.append(ids if isinstance(ids, range) else np.asarray(ids, dtype=np.int32))
+        return ids
+    return recorded
+
+
+def _replaying(reads: list):
+    """A token source giving the recorded answers, in order."""
+    answers = iter(reads)
+    return lambda start, end: next(answers)
+
+
 def _arguments(args: tuple, name: str, arrays: list[np.ndarray]) -> tuple:
     def tokens(ref):
         kind, value = ref
@@ -225,6 +244,8 @@ def _arguments(args: tuple, name: str, arrays: list[np.ndarray]) -> tuple:
         args[1] = [tokens(ref) for ref in args[1]]
     if name in ("append_decode", "append_batch"):
         args[2] = []
+    if name == "set_token_source":
+        args[1] = _replaying(args[1])
     return tuple(args)
 
 

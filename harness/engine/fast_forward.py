@@ -188,9 +188,9 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
 
     # Commit: the KV appends (each step's ``kv_span``), and the sampled tokens.
     executor.decoded_span(sum_positions, num_seqs, span, computed)
-    if keyed:
+    if shared_keys or (keyed and not manager.capabilities.token_sources):
         kv_tokens = batch.kv_tokens(span)
-    else:  # NOTE: only the count is read (nothing is keyed on token ids)
+    else:  # NOTE: only the count is read (the ids keyed are read from token sources)
         kv_tokens = [range(span)] * num_seqs
     decode_synthetic(seqs, span)
     residency = manager.pool.residency if paged and manager.capabilities.block_residency else None

@@ -73,6 +73,8 @@ class Scheduler:
         # whether append_decode reads the token ids (Capabilities.reads_decode_tokens): if
         # not, _decode_run builds none and passes None
         self._decode_tokens = manager.capabilities.reads_decode_tokens
+        # whether the manager reads token ids from each sequence (Capabilities.token_sources)
+        self._token_sources = manager.capabilities.token_sources
         # a contiguous closed form appends one token to every sequence it holds in O(1)
         self._advance_all = (manager.advance_all if manager.capabilities.bulk_decode == "contiguous"
                              else None)
@@ -345,6 +347,9 @@ class Scheduler:
                     return
             waiting.popleft()
             group.seqs = [seq, *members]
+            if self._token_sources:
+                for member in group.seqs:
+                    manager.set_token_source(member.seq_id, member.token_run)
             cached = admission.num_cached_tokens
             group.cached_tokens += cached
             self.prompt_tokens_queried += total
@@ -596,6 +601,8 @@ class Scheduler:
                     child.num_computed = parent.num_computed
                     self._pending_copies.extend(copies)
                     children.append(child)
+                    if self._token_sources:
+                        self.manager.set_token_source(child.seq_id, child.token_run)
             seen.add(i)
         self.num_running_seqs += len(survivors) + len(children) - len(beams)
         group.seqs = survivors + children

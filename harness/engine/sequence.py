@@ -118,6 +118,21 @@ class Sequence:
             return tail
         return np.concatenate([self.prompt[start:], tail])
 
+    def token_run(self, start: int, end: int) -> SequenceOf[int] | np.ndarray:
+        """Token ids at positions [start, end): ``synthetic_tokens`` (a ``range`` when
+        they are consecutive ids) when all are generated and none stored, else
+        ``token_ids``. The paged manager's token source (``set_token_source``): it reads
+        a block's ids when the block fills."""
+        index = start - self.prompt_len  # the first one's generated index
+        if index < len(self.stored):  # a prompt or a stored token among them
+            return self.token_ids(start, end)
+        offset = self.synthetic_offset
+        if offset >= 0:  # NOTE: synthetic_tokens' range inlined (once per block filled)
+            first = SYNTHETIC_TOKEN_BASE + (offset + index) % SYNTHETIC_TOKEN_BASE
+            if first + end - start <= 2 * SYNTHETIC_TOKEN_BASE:  # no wrap-around
+                return range(first, first + end - start)
+        return self.synthetic_tokens(index, end - start)
+
     def synthetic_token_at(self, position: int) -> int:
         """Generated token ``position``: deterministic per request, lineage and position."""
         offset = self.synthetic_offset

@@ -1,0 +1,192 @@
+"""The paged manager's token sources (``set_token_source``: a sequence's ids read when a
+block fills, its appends' ids only counted) against the ids given with every append: a
+hypothesis state machine drives two managers with the same admissions, forks, frees,
+swaps and appends (single, ``append_decode``, ``append_batch``). One is given every id;
+on the other every sequence has a token source (a child forked from one gets its own,
+now or after some appends with the real ids) and its appends get None or wrong ids of
+the right count. After every step they agree on everything (block tables, keys, the
+pool's free queue, ref counts, cache map and eviction log, the ledger, the residency
+samples, the offload tier) but the tails, where the one with sources holds a prefix of
+the ids the other holds: the ids it has not read yet.
+
+Few token ids and tiny blocks make decode-produced blocks repeat cached keys (prefix
+hits, the batch's fall back to single appends); runs of consecutive ids make sources
+that return ranges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from test_alloc_paged_batch import PREFIXES, TOKENS, _manager, _state
+
+
+class SourcesAgainstGivenIds(RuleBasedStateMachine):
+    num_blocks, bs = 16, 4
+
+    def __init__(self):
+        super().__init__()
+        self.given = _manager(self.num_blocks, self.bs, True)  # every append gets the ids
+        self.sourced = _manager(self.num_blocks, self.bs, True)  # reads them from sources
+        self.streams: dict[int, list[int]] = {}  # seq id -> its ids (positions 0 ..)
+        self.finals: dict[int, int] = {}
+        self.with_source: set[int] = set()  # sequences the sourced manager reads from
+        self.next_id = 0
+        self.clock = 0.0
+
+    def both(self, op: str, *args):
+        result = getattr(self.sourced, op)(*args)
+        assert getattr(self.given, op)(*args) == result
+        return result
+
+    def tick(self) -> None:
+        self.clock += 1.0
+        self.given.pool.residency.now = self.sourced.pool.residency.now = self.clock
+
+    def give_source(self, sid: int) -> None:
+        stream = self.streams[sid]
+        if sid % 2:
+            def source(start: int, end: int):
+                ids = stream[start:end]
+                consecutive = ids == list(range(ids[0], ids[0] + len(ids)))
+                return range(ids[0], ids[-1] + 1) if consecutive else ids
+        else:
+            def source(start: int, end: int):
+                return np.array(stream[start:end], dtype=np.int32)
+        self.sourced.set_token_source(sid, source)
+        self.with_source.add(sid)
+
+    def open_ids(self) -> list[int]:
+        return [sid for sid, final in self.finals.items()
+                if sid in self.given and not self.given.is_swapped(sid)
+                and self.given.num_tokens(sid) < final]
+
+    def next_ids(self, data, sid: int, k: int) -> list[int]:
+        """The ``k`` ids ``sid`` writes next (extending its stream up to them)."""
+        stream, at = self.streams[sid], self.given.num_tokens(sid)
+        if len(stream) < at + k:
+            if data.draw(st.booleans()):  # a run of consecutive ids
+                first = data.draw(st.integers(0, 50))
+                stream += range(first, first + at + k - len(stream))
+            else:
+                stream += data.draw(st.lists(TOKENS, min_size=at + k - len(stream),
+                                             max_size=at + k - len(stream)))
+        return stream[at:at + k]
+
+    def ids_for_sourced(self, sid: int, ids: list[int]):
+        """What the sourced manager's append gets: wrong ids of the right count."""
+        return [7] * len(ids) if sid in self.with_source else ids
+
+    @rule(data=st.data())
+    def admit(self, data):
+        self.tick()
+        prompt = data.draw(st.sampled_from(PREFIXES)) + data.draw(st.lists(TOKENS, max_size=7))
+        prompt = prompt or [0]
+        final = len(prompt) + data.draw(st.integers(0, 12))
+        num = data.draw(st.integers(1, len(prompt)))
+        sid, self.next_id = self.next_id, self.next_id + 1
+        if self.both("admit", sid, prompt, final, num) is not None:
+            self.finals[sid] = final
+            self.streams[sid] = list(prompt)
+            self.give_source(sid)
+
+    @precondition(lambda self: self.open_ids())
+    @rule(data=st.data(), now=st.booleans())
+    def fork(self, data, now):
+        parent = data.draw(st.sampled_from(self.open_ids()))
+        held = self.given.num_tokens(parent)
+        final = held + data.draw(st.integers(0, 8))
+        sid, self.next_id = self.next_id, self.next_id + 1
+        self.both("fork", parent, sid, final)
+        self.finals[sid] = final
+        self.streams[sid] = self.streams[parent][:held]  # then its own ids
+        if now:
+            self.give_source(sid)
+
+    @precondition(lambda self: [sid for sid in self.finals if sid not in self.with_source])
+    @rule(data=st.data())
+    def give_a_forked_child_its_source(self, data):
+        self.give_source(data.draw(st.sampled_from(
+            sorted(sid for sid in self.finals if sid not in self.with_source))))
+
+    @precondition(lambda self: self.finals)
+    @rule(data=st.data())
+    def free(self, data):
+        self.tick()
+        sid = data.draw(st.sampled_from(sorted(self.finals)))
+        self.both("free", sid)
+        del self.finals[sid], self.streams[sid]
+        self.with_source.discard(sid)
+
+    @precondition(lambda self: self.open_ids())
+    @rule(data=st.data())
+    def swap_out_and_in(self, data):
+        sid = data.draw(st.sampled_from(self.open_ids()))
+        if self.both("swap_out", sid) is not None and data.draw(st.booleans()):
+            self.both("swap_in", sid)
+
+    @precondition(lambda self: self.open_ids())
+    @rule(data=st.data())
+    def look_ahead(self, data):
+        """``filled_block_keys`` of ids not appended yet (the stream's next ones)."""
+        sid = data.draw(st.sampled_from(self.open_ids()))
+        room = self.finals[sid] - self.given.num_tokens(sid)
+        ids = self.next_ids(data, sid, data.draw(st.integers(1, room)))
+        self.both("filled_block_keys", sid, ids)
+
+    @precondition(lambda self: self.open_ids())
+    @rule(data=st.data(), form=st.sampled_from(["append", "decode", "batch"]))
+    def append_some(self, data, form):
+        self.tick()
+        sids = data.draw(st.lists(st.sampled_from(self.open_ids()), min_size=1, unique=True))
+        if form == "append":
+            sids = sids[:1]
+        lists = []
+        for sid in sids:
+            room = self.finals[sid] - self.given.num_tokens(sid)
+            k = 1 if form == "decode" else data.draw(st.integers(1, min(room, 3 * self.bs)))
+            lists.append(self.next_ids(data, sid, k))
+        wrong = [self.ids_for_sourced(sid, ids) for sid, ids in zip(sids, lists)]
+        if form == "append":
+            assert self.sourced.append(sids[0], wrong[0]) == self.given.append(sids[0], lists[0])
+        elif form == "decode":
+            copies, given_copies = [], []
+            sourced_ids = None if set(sids) <= self.with_source else [ids[0] for ids in wrong]
+            done = self.sourced.append_decode(sids, sourced_ids, copies)
+            assert self.given.append_decode(sids, [ids[0] for ids in lists], given_copies) == done
+            assert copies == given_copies
+        else:
+            copies, given_copies = [], []
+            done = self.sourced.append_batch(sids, wrong, copies)
+            assert self.given.append_batch(sids, lists, given_copies) == done
+            assert copies == given_copies
+
+    @invariant()
+    def both_managers_hold_the_same_state_but_for_unread_ids(self):
+        given, sourced = _state(self.given), _state(self.sourced)
+        for sid, entry in given["seqs"].items():
+            keyed = len(entry[3]) * self.bs  # the positions keyed (entry: table, tokens, final, keys, tail, ...)
+            assert entry[4] == self.streams[sid][keyed:entry[1]]  # the given tail: every id
+            read = sourced["seqs"][sid][4]
+            assert read == entry[4][:len(read)]  # the sourced: the first of them
+            if sid not in self.with_source:
+                assert read == entry[4]  # no source: it has every id
+        for state in (given, sourced):
+            state["seqs"] = {sid: entry[:4] + entry[5:] for sid, entry in state["seqs"].items()}
+        assert given == sourced
+
+
+class SourcesAgainstGivenIdsBlocksOf2(SourcesAgainstGivenIds):
+    """Blocks of 2 tokens: a decode-produced block often repeats a cached key."""
+    num_blocks, bs = 24, 2
+
+
+SETTINGS = settings(max_examples=80, stateful_step_count=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+TestSourcesAgainstGivenIds = SourcesAgainstGivenIds.TestCase
+TestSourcesAgainstGivenIds.settings = SETTINGS
+TestSourcesAgainstGivenIdsBlocksOf2 = SourcesAgainstGivenIdsBlocksOf2.TestCase
+TestSourcesAgainstGivenIdsBlocksOf2.settings = SETTINGS
