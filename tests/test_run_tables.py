@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.metrics.summaries import _column, _float_column
+from harness.metrics.summaries import REQUEST_COLUMNS, RunRecorder, _column, _float_column
 from harness.run.results import write_table
 
 BIG = 2 ** 63
@@ -91,3 +91,41 @@ def test_a_streamed_table_is_the_bytes_of_the_whole_table_written_at_once(tmp_pa
     empty = frame.iloc[:0]
     write_table(tmp_path / "empty.csv", empty)
     assert (tmp_path / "empty.csv").read_bytes() == old_write_table_bytes(empty)
+
+
+def _request_rows(count: int, seed: int) -> list[tuple]:
+    """Request rows as the engine records them (``_request_row``), in finishing order:
+    finished, rejected (no token times) and unfinished (no finish time) requests."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for request_id in rng.permutation(count).tolist():
+        arrival = float(rng.random() * 100)
+        status = ("finished", "rejected", "unfinished")[int(rng.integers(0, 3))]
+        first = None if status == "rejected" else arrival + float(rng.random())
+        finish = first + 1.5 if status == "finished" else None
+        rows.append((request_id, f"trace.csv:{request_id + 2}", arrival, first, finish,
+                     int(rng.integers(1, 4000)), int(rng.integers(1, 500)), 1,
+                     int(rng.integers(0, 64)) * 16, int(rng.integers(0, 3)), 0, status))
+    return rows
+
+
+@pytest.mark.parametrize("rows", [
+    _request_rows(3000, seed=0),
+    [row for row in _request_rows(500, seed=1) if row[-1] == "finished"],  # floats only
+    [row for row in _request_rows(500, seed=2) if row[-1] == "rejected"],  # no token times
+    sorted(_request_rows(50, seed=3), key=lambda row: row[3] is not None),  # None leads
+    [(0, "a", 0, 1, 2.5, 3, 4, 1, 0, 0, 0, "finished"),  # int times, then floats
+     (1, "b", 0.5, 1.5, 3, 3, 4, 2, 0, 0, 0, "finished")],
+    [],
+])
+def test_a_request_table_is_what_pandas_makes_of_its_rows(rows, tmp_path):
+    recorder = RunRecorder(capacity_slots=1024)
+    for row in rows:
+        recorder.record_request(row)
+    fast = recorder.request_table()
+    general = pd.DataFrame(rows, columns=list(REQUEST_COLUMNS)).sort_values(
+        "request_id", kind="stable").reset_index(drop=True)  # pandas reads the rows
+    pd.testing.assert_frame_equal(fast, general, check_exact=True)
+    write_table(tmp_path / "fast.csv", fast)
+    write_table(tmp_path / "general.csv", general)
+    assert (tmp_path / "fast.csv").read_bytes() == (tmp_path / "general.csv").read_bytes()
