@@ -112,17 +112,20 @@ class RunRecorder:
         """One row per request (``REQUEST_COLUMNS``), by request id.
 
         NOTE: built column by column, the rows sorted first (a request's row is recorded
-        once: its id is unique), the number columns in one pass each (``_column``'s
-        ``array.array``): half the CPU of pandas reading the rows as tuples, which infers
-        every column from objects. A column ``array.array`` refuses (a None among the
-        floats: a request that never ran) or of strings is left to pandas' inference, as
-        before.
+        once: its id is unique), the number columns in one pass each (``_one_pass``): half
+        the CPU of pandas reading the rows as tuples, which infers every column from
+        objects. A column ``array.array`` refuses (a None among the floats: a request that
+        never ran) or of strings is left to pandas' inference, as before.
         """
         if not self.requests:
             return pd.DataFrame([], columns=list(REQUEST_COLUMNS))
         rows = sorted(self.requests, key=itemgetter(0))  # (stable, as sort_values' "stable")
-        return pd.DataFrame({name: _numbers_or_list(list(values))
-                             for name, values in zip(REQUEST_COLUMNS, zip(*rows))}, copy=False)
+        columns = {}
+        for name, values in zip(REQUEST_COLUMNS, zip(*rows)):
+            values = list(values)
+            column = _one_pass(values)
+            columns[name] = values if column is None else column  # (a list: pandas infers)
+        return pd.DataFrame(columns, copy=False)
 
 
 def _column(values: list) -> np.ndarray:
@@ -135,32 +138,26 @@ def _column(values: list) -> np.ndarray:
     ints, None, a string, an int past the type's range) and a leading bool take
     ``np.asarray``'s way.
     """
-    if values:
-        kind = _ARRAY_KINDS.get(type(values[0]))
-        if kind is not None:
-            code, dtype = kind
-            try:
-                return np.frombuffer(array(code, values), dtype=dtype)
-            except (TypeError, OverflowError):
-                pass
-    return np.asarray(values)
+    column = _one_pass(values) if values else None
+    return np.asarray(values) if column is None else column
+
+
+def _one_pass(values: list) -> np.ndarray | None:
+    """``values`` (not empty) as an int64 or float64 array read in one pass by
+    ``array.array`` when it starts with a Python int or float and ``array.array`` takes
+    every value; else None."""
+    kind = _ARRAY_KINDS.get(type(values[0]))
+    if kind is None:
+        return None
+    code, dtype = kind
+    try:
+        return np.frombuffer(array(code, values), dtype=dtype)
+    except (TypeError, OverflowError):
+        return None
 
 
 # the array.array type code and the dtype of a list that starts with an int or a float
 _ARRAY_KINDS = {int: ("q", np.int64), float: ("d", np.float64)}
-
-
-def _numbers_or_list(values: list) -> np.ndarray | list:
-    """``values`` as ``_column``'s one-pass array when it starts with an int or a float
-    that ``array.array`` takes whole; else the list itself, for pandas to infer."""
-    kind = _ARRAY_KINDS.get(type(values[0]))
-    if kind is not None:
-        code, dtype = kind
-        try:
-            return np.frombuffer(array(code, values), dtype=dtype)
-        except (TypeError, OverflowError):
-            pass
-    return values
 
 
 def _float_column(values) -> np.ndarray:
