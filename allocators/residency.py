@@ -28,7 +28,11 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-_BULK_MIN = 256  # from this many blocks on, the transitions are logged at once (numpy)
+# From this many blocks on, the transitions are logged at once (numpy). NOTE: measured on
+# one transition of n blocks (2026-12-05): numpy is faster from about 30 blocks on for
+# ``allocated`` and 14 for ``released`` (55 blocks, an Azure conv admission: 5.9 -> 3.4 us
+# and 4.9 -> 2.0 us)
+_BULK_MIN = 32
 
 
 class ResidencyLog:

@@ -146,9 +146,11 @@ def _pool_state(pool: BlockPool) -> tuple:
             list(pool.residency.reuse_gaps))
 
 
-def test_the_bulk_paths_leave_the_pool_as_the_block_by_block_ones(monkeypatch):
-    """free / touch_many / register_many through the numpy views (every call: _BULK_MIN 1)
-    and block by block (never), on the same random calls: the same pool."""
+@pytest.mark.parametrize("bulk_name", ["_BULK_MIN", "_SOLE_BULK_MIN"])
+def test_the_bulk_paths_leave_the_pool_as_the_block_by_block_ones(monkeypatch, bulk_name):
+    """free / touch_many / register_many through the numpy views (every call: _BULK_MIN 1;
+    or only frees of sole references: _SOLE_BULK_MIN 1) and block by block (never), on the
+    same random calls: the same pool."""
     from pagebench.allocators import residency as residency_module
     rng = random.Random(5)
     pools = {}
@@ -168,7 +170,8 @@ def test_the_bulk_paths_leave_the_pool_as_the_block_by_block_ones(monkeypatch):
         keys = [rng.randrange(0, next_key + n) for _ in table]  # some keys taken already
         next_key += n
         for bulk, pool in pools.items():
-            monkeypatch.setattr(block_pool, "_BULK_MIN", bulk)
+            for name in ("_BULK_MIN", "_SOLE_BULK_MIN"):
+                monkeypatch.setattr(block_pool, name, bulk if name == bulk_name else 1 << 30)
             monkeypatch.setattr(residency_module, "_BULK_MIN", bulk)
             pool.residency.now = float(step)
             if op == "allocate":
