@@ -211,6 +211,57 @@ class BlockPool:
             self._compact()
         return out
 
+    def allocate_keyed(self, n: int, keys: Sequence[int]) -> list[int] | None:
+        """``allocate(n)``, then ``register_many`` of its first ``len(keys)`` blocks (at
+        most ``n``) under ``keys``, in one call: an admission's new blocks, the full ones
+        keyed by its prompt's chain.
+
+        NOTE: when no block holds any of ``keys`` (a prompt's keys past its hits, as a
+        rule), registering each block as it is popped leaves the pool as registering them
+        after the whole allocation does, so each block is evicted and registered in one
+        pass. Otherwise (or with an offload tier, tombstones among the blocks popped, or many
+        blocks) it is those two calls.
+        """
+        cached, q, head = self._cached, self._q, self._head
+        end = head + n
+        out = q[head:end]
+        if (n >= _BULK_MIN or n > self.num_free or self.on_evict is not None or _DEAD in out
+                or not cached.keys().isdisjoint(keys)):
+            out = self.allocate(n)
+            if out is not None:
+                self.register_many(out[:len(keys)], keys)
+            return out
+        self._head = end
+        self.num_free -= n
+        ref, held, block_keys, log = self.ref_cnt, self._held, self._keys, self._evicted
+        if self.residency is not None:  # before the keys of the evicted blocks are dropped
+            self.residency.allocated(out, held)
+        evicted = len(log)
+        for b, key in zip(out, keys):
+            ref[b] = 1
+            if held[b]:  # evicted: NOTE: a registered block is its key's block
+                del cached[block_keys[b]]
+                log.append(b)
+            if cached.setdefault(key, b) == b:
+                block_keys[b] = key
+                held[b] = 1
+            else:  # ``key`` twice in ``keys``: its first block keeps it, as in register_many
+                block_keys[b] = None
+                held[b] = 0
+        for b in out[len(keys):]:
+            ref[b] = 1
+            if held[b]:
+                del cached[block_keys[b]]
+                block_keys[b] = None
+                held[b] = 0
+                log.append(b)
+        evicted = len(log) - evicted
+        self.num_cached_free -= evicted
+        self.num_evictions += evicted
+        if end >= _COMPACT_MIN and 2 * end >= len(q):
+            self._compact()
+        return out
+
     def _take_many(self, out: list[int]) -> None:
         """``allocate``'s ref counts and evictions of the popped blocks ``out`` through the
         numpy views (many blocks): the same keys dropped in the same order."""

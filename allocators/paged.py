@@ -406,14 +406,15 @@ class PagedKVCacheManager:
         # the tier) cannot push it out.
         loaded = self.offload.load(prompt.keys(len(hits), len(hits) + lower)) if lower else None
         pool.touch_many(hits)
-        table = hits + pool.allocate(need)
         keys: list[int] = []
         tail = array("i")
         if prompt is not None:
             full = n // bs
             keys = prompt.keys(0, full)  # NOTE: the hits hold their keys already
-            pool.register_many(table[len(hits):full], keys[len(hits):])
+            table = hits + pool.allocate_keyed(need, keys[len(hits):])
             tail.frombytes(prompt.data[full * self._key_bytes:n * 4])
+        else:
+            table = hits + pool.allocate(need)
         s = _Seq(table, n, final_len, prompt_len, keys, tail)
         if prompt is not None and len(keys) < prompt.num_blocks:
             s.known = prompt

@@ -193,3 +193,59 @@ def test_the_bulk_paths_leave_the_pool_as_the_block_by_block_ones(monkeypatch, b
         elif op == "revive" and revived:
             tables.append(revived)
         assert _pool_state(pools[1]) == _pool_state(pools[1 << 30])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_allocate_keyed_leaves_the_pool_as_allocate_then_register_many(seed):
+    """``allocate_keyed(n, keys)`` (an admission's one pass per block) and ``allocate(n)``
+    followed by ``register_many`` of its first ``len(keys)`` blocks, on the same random calls:
+    the same blocks and the same pool, residency samples included. The keys are new, or
+    some already held (by blocks in use, free, or in the popped window), or repeated."""
+    rng = random.Random(seed)
+    num_blocks = 48
+    pools = []
+    for _ in range(2):
+        pool = BlockPool(num_blocks)
+        pool.residency = ResidencyLog(num_blocks)
+        pools.append(pool)
+    tables: list[list[int]] = []
+    next_key = 0
+    for step in range(400):
+        op = rng.choices(["admit", "free", "revive"], [6, 5, 1])[0] if tables else "admit"
+        n = rng.randrange(0, 14)
+        m = rng.randrange(0, n + 1)
+        kind = rng.random()
+        if kind < 0.6:  # new keys
+            keys = list(range(next_key, next_key + m))
+        elif kind < 0.9:  # some of them may be registered already
+            keys = [rng.randrange(max(0, next_key - 40), next_key + m) for _ in range(m)]
+        else:  # repeated within the call
+            keys = [next_key + rng.randrange(0, max(1, m // 2)) for _ in range(m)]
+        next_key += m
+        freed = [b for b in range(num_blocks) if not pools[0].ref_cnt[b]]
+        revived = rng.sample(freed, min(rng.randrange(1, 4), len(freed)))  # tombstones
+        outs = []
+        for i, pool in enumerate(pools):
+            pool.residency.now = float(step)
+            if op == "admit":
+                if i == 0:
+                    outs.append(pool.allocate_keyed(n, keys))
+                else:
+                    out = pool.allocate(n)
+                    if out is not None:
+                        pool.register_many(out[:m], keys)
+                    outs.append(out)
+            elif op == "free":
+                pool.free(list(reversed(tables[-1])))
+            else:
+                pool.touch_many(revived)
+        if op == "admit":
+            assert outs[0] == outs[1]
+            if outs[0] is not None:
+                tables.append(outs[0])
+        elif op == "free":
+            tables.pop()
+        elif revived:
+            tables.append(revived)
+        assert _pool_state(pools[0]) == _pool_state(pools[1])
+        assert pools[0]._evicted == pools[1]._evicted
