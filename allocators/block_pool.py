@@ -20,7 +20,10 @@ hundreds of blocks). Ref counts, queue tickets and key flags are flat buffers
 (``array``/``bytearray``) with numpy views over the same memory: single blocks are
 read and written through the buffers, and from ``_BULK_MIN`` blocks on, ``allocate``,
 ``free`` and ``touch_many`` gather and scatter through the views in a few numpy calls
-(allocation still drops each evicted key from the cache map in a loop). A block taken out of the middle of the queue (``touch``) is
+(allocation still drops each evicted key from the cache map in a loop); so does a free
+of a sequence's own blocks from ``_SOLE_BULK_MIN`` on. An admission's new blocks are
+popped, evicted and registered in one pass (``allocate_keyed``). A block taken out of
+the middle of the queue (``touch``) is
 overwritten by a tombstone (``_DEAD``) that allocation skips; ``_pos`` gives each
 free block's entry. NOTE: entry ``i`` of ``_q`` has ticket ``_base + i``; a free
 block's ``_pos`` is the ticket of its (only live) entry, so tickets survive the
