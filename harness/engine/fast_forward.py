@@ -96,10 +96,6 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     if paged and manager.has_shared_partial_blocks:
         if not all(manager.can_append_without_copy(s.seq_id) for s in seqs):
             return None  # a shared partial block must be copied first
-    if paged:  # the first step's new blocks (a sequence whose KV fills whole blocks)
-        bs = manager.block_size
-        if [c % bs for c in computed].count(0) > manager.num_free_blocks:
-            return None  # the next step preempts
     first_finish = min(remaining_list)
     span = min(first_finish, MAX_SPAN)
     sum_positions = sum(computed)
@@ -125,7 +121,8 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         taken = list(accumulate(news))  # [span] blocks taken by the end of each step
         free_blocks = manager.num_free_blocks
         if taken[-1] > free_blocks:
-            span = bisect_right(taken, free_blocks)  # the next step would preempt: run it normally
+            # the next step would preempt (none: the first): run it normally
+            span = bisect_right(taken, free_blocks)
             arrived = False
             if span < MIN_SPAN:
                 return None

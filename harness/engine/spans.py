@@ -97,11 +97,11 @@ class DecodingBatch:
         computed: list[int] = []
         remaining: list[int] = []
         workload_tokens: list[int] = []
-        # (bound once: the loop runs once per running sequence)
-        add_seq, add_generated = seqs.append, generated.append
-        add_computed, add_remaining = computed.append, remaining.append
+        # NOTE: the loop runs once per running sequence; ``xs.append(x)`` is cheaper than a
+        # bound ``append`` kept in a local on Python 3.11 (a specialised call), and a group
+        # of width 1 is no beam search (its request is not read)
         for group in scheduler.running:
-            if group.request.beam_width > 1:
+            if group.width != 1 and group.request.beam_width > 1:
                 return None
             for seq in group.seqs:
                 g = seq.num_generated
@@ -110,10 +110,10 @@ class DecodingBatch:
                     return None
                 if seq.synthetic_offset < 0:
                     workload_tokens.append(len(seqs))
-                add_seq(seq)
-                add_generated(g)
-                add_computed(c)
-                add_remaining(seq.output_len - g)
+                seqs.append(seq)
+                generated.append(g)
+                computed.append(c)
+                remaining.append(seq.output_len - g)
         return cls(seqs, generated, computed, remaining, workload_tokens)
 
     def kv_tokens(self, span: int) -> list[range | list[int]]:
