@@ -22,6 +22,11 @@ def _span_value(rng: np.random.Generator, name: str, span: int, kind: str):
         [int(x) for x in rng.integers(0, 1000, span)]
 
 
+def _row(columns: dict) -> tuple:
+    """``record_span``'s row: the values of ``columns`` in ``STEP_COLUMNS`` order."""
+    return tuple(columns[name] for name in STEP_COLUMNS[1:])
+
+
 def _expand(value, span: int) -> list:
     return list(value) if isinstance(value, (list, range)) else [value] * span
 
@@ -44,7 +49,7 @@ def test_span_records_lay_the_rows_that_single_rows_give(seed, kinds):
         # (a column may change kind from one span to the next, as num_waiting does)
         columns = {name: _span_value(rng, name, span, kind_of[name] if rng.random() < 0.8
                                      else kinds[0]) for name in STEP_COLUMNS[1:]}
-        compact.record_span(span, columns)
+        compact.record_span(span, _row(columns))
         first = len(rows.steps["step"])
         rows.steps["step"].extend(range(first, first + span))
         for name, value in columns.items():
@@ -56,7 +61,7 @@ def test_span_records_lay_the_rows_that_single_rows_give(seed, kinds):
 def test_a_run_of_spans_alone_keeps_each_columns_dtype():
     compact, rows = RunRecorder(capacity_slots=1), RunRecorder(capacity_slots=1)
     columns = {name: 0.5 if name in ("time_s", "duration_s") else 3 for name in STEP_COLUMNS[1:]}
-    compact.record_span(4, columns)
+    compact.record_span(4, _row(columns))
     rows.steps["step"].extend(range(4))
     for name, value in columns.items():
         rows.steps[name].extend([value] * 4)
@@ -77,7 +82,7 @@ def test_single_rows_and_spans_of_other_kinds_promote_as_one_list_does(span_valu
                 for name in STEP_COLUMNS[1:]:
                     recorder.steps[name].append(block)
         columns = {name: span_value for name in STEP_COLUMNS[1:]}
-        compact.record_span(3, columns)
+        compact.record_span(3, _row(columns))
         first = len(rows.steps["step"])
         rows.steps["step"].extend(range(first, first + 3))
         for name in STEP_COLUMNS[1:]:

@@ -169,18 +169,14 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         num_waiting = arrivals.joined_by(starts, len(scheduler.waiting))
     else:
         num_waiting = len(scheduler.waiting)
-    columns = dict(
-        time_s=starts, duration_s=durations,
-        num_seqs=num_seqs, num_batched_tokens=num_seqs,  # (one token per sequence)
-        num_prefill_tokens=0, num_waiting=num_waiting,
-        num_preempted=0, token_states=token_states, reserved=reserved,
-        internal_over_reservation=base.internal_over_reservation,
-        internal_rounding=rounding,
-        internal_page_padding=base.internal_page_padding,
-        external_fragmentation=free if memory_blocked else 0,
-        idle=0 if memory_blocked else free,
-        logical_tokens=logical, allocated_slots=allocated,
-        largest_free_extent=largest_free, cached_free_slots=cached_free,
+    row = (  # STEP_COLUMNS but step, in order (a tuple: one per span)
+        starts, durations,  # time_s, duration_s
+        num_seqs, num_seqs, 0,  # num_seqs, num_batched_tokens (one token each), num_prefill_tokens
+        num_waiting, 0,  # num_waiting, num_preempted
+        token_states, reserved, base.internal_over_reservation, rounding,
+        base.internal_page_padding,
+        free if memory_blocked else 0, 0 if memory_blocked else free,  # external_fragmentation, idle
+        logical, allocated, largest_free, cached_free,  # logical_tokens .. cached_free_slots
     )
 
     # Commit: the KV appends (each step's ``kv_span``), and the sampled tokens.
@@ -209,7 +205,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
     finished: list[SequenceGroup] = []
     if finishing:  # the groups of the sequences done now (all of a group's: no beams here)
         finished = scheduler.finish_decoded(end_time, _finishing_groups(seqs, remaining_list, span))
-    recorder.record_span(span, columns)
+    recorder.record_span(span, row)
     may_continue = finishing and bool(finished) and not arrived and scheduler.num_running_seqs > 0
     return Advance(end_time, finished, may_continue)
 

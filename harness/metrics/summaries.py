@@ -73,13 +73,14 @@ class RunRecorder:
         if memory.group_blocks:
             self.group_blocks.append(memory.group_blocks)
 
-    def record_span(self, span: int, columns: dict) -> None:
-        """The rows of ``span`` fast-forwarded steps: ``columns`` gives each step column but
-        ``step`` as one number (every step's), a range or a list of ``span`` values."""
+    def record_span(self, span: int, row: tuple) -> None:
+        """The rows of ``span`` fast-forwarded steps: ``row`` gives each step column but
+        ``step``, in ``STEP_COLUMNS`` order, as one number (every step's), a range or a list
+        of ``span`` values."""
         steps = self.steps["step"]
         first = len(steps)
         steps.extend(range(first, first + span))
-        self.spans.add(first, span, columns)
+        self.spans.add(first, span, row)
 
     def record_request(self, row: tuple) -> None:
         self.requests.append(row)
