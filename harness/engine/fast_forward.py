@@ -121,7 +121,7 @@ def fast_forward(scheduler: Scheduler, executor, recorder: RunRecorder, freed_me
         taken = list(accumulate(news))  # [span] blocks taken by the end of each step
         free_blocks = manager.num_free_blocks
         if taken[-1] > free_blocks:
-            # the next step would preempt (none: the first): run it normally
+            # the next step would preempt (0: the first one would): run it normally
             span = bisect_right(taken, free_blocks)
             arrived = False
             if span < MIN_SPAN:

@@ -83,8 +83,7 @@ class DecodingBatch:
     running order; each list is ``[num_seqs]``."""
 
     seqs: list[Sequence]
-    generated: list[int]  # tokens each has generated
-    computed: list[int]  # = its KV slots written
+    computed: list[int]  # its KV slots written (its generated tokens: computed - prompt_len + 1)
     remaining: list[int]  # tokens left to generate
     workload_tokens: list[int]  # the indices of those generating tokens the workload gives
 
@@ -93,7 +92,6 @@ class DecodingBatch:
         """The batch, or None when a group searches beams (re-selected every step) or a
         sequence still prefills (or has not sampled its first token)."""
         seqs: list[Sequence] = []
-        generated: list[int] = []
         computed: list[int] = []
         remaining: list[int] = []
         workload_tokens: list[int] = []
@@ -111,10 +109,9 @@ class DecodingBatch:
                 if seq.synthetic_offset < 0:
                     workload_tokens.append(len(seqs))
                 seqs.append(seq)
-                generated.append(g)
                 computed.append(c)
                 remaining.append(seq.output_len - g)
-        return cls(seqs, generated, computed, remaining, workload_tokens)
+        return cls(seqs, computed, remaining, workload_tokens)
 
     def kv_tokens(self, span: int) -> list[range | list[int]]:
         """[num_seqs]: each sequence's tokens whose KV the next ``span`` steps write
@@ -124,7 +121,8 @@ class DecodingBatch:
         one, inlined (the loop runs once per running sequence and span)."""
         base = SYNTHETIC_TOKEN_BASE
         spans: list[range | list[int]] = []
-        for seq, first in zip(self.seqs, self.generated):
+        for seq in self.seqs:
+            first = seq.num_generated
             offset = seq.synthetic_offset
             start = (offset + first) % base  # token ``first`` is base + start (synthetic)
             if offset >= 0 and not seq.stored and 0 < start <= base - span:
