@@ -67,65 +67,61 @@ class PartialBlockLedger:
     ``fill_sum`` = sum of fills, ``target_sum`` = sum of per-block max targets,
     ``count`` = number of partial blocks. Every other allocated block is full.
     Callers pass a block's fill (all owners agree on it); the ledger keeps only
-    each partial block's list of owner targets.
+    each partial block's owner targets: ``sole`` (block -> its one owner's target) and
+    ``shared`` (block -> each owner's target, two or more, after a fork).
+
+    NOTE: sole owners (nearly every partial block) are kept apart, as plain ints, so that
+    the paged manager's decode growth (``_grow_together``) replaces them in place, one
+    dict operation each, and changes the sums once.
     """
 
-    __slots__ = ("block_size", "targets", "fill_sum", "target_sum", "count", "num_shared")
+    __slots__ = ("block_size", "sole", "shared", "fill_sum", "target_sum", "count")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
-        self.targets: dict[int, list[int]] = {}  # partial block -> each owner's fill target
+        self.sole: dict[int, int] = {}  # partial block with one owner -> its fill target
+        self.shared: dict[int, list[int]] = {}  # partial block -> each owner's fill target
         self.fill_sum = 0
         self.target_sum = 0
         self.count = 0
-        self.num_shared = 0  # partial blocks with more than one owner (after a fork)
+
+    @property
+    def num_shared(self) -> int:
+        """Partial blocks with more than one owner (after a fork)."""
+        return len(self.shared)
 
     def add_owner(self, block: int, fill: int, target: int) -> None:
         """An owner whose last block ``block`` holds ``fill`` tokens, to be filled to ``target``."""
-        owners = self.targets.get(block)
+        owners = self.shared.get(block)
         if owners is None:
-            self.targets[block] = [target]
-            self.fill_sum += fill
-            self.target_sum += target
-            self.count += 1
-        else:
-            old = max(owners)
-            owners.append(target)
-            if len(owners) == 2:
-                self.num_shared += 1
-            if target > old:
-                self.target_sum += target - old
+            first = self.sole.pop(block, None)
+            if first is None:  # a new partial block
+                self.sole[block] = target
+                self.fill_sum += fill
+                self.target_sum += target
+                self.count += 1
+                return
+            owners = self.shared[block] = [first]
+        old = max(owners)
+        owners.append(target)
+        if target > old:
+            self.target_sum += target - old
 
     def remove_owner(self, block: int, fill: int, target: int) -> None:
         """The owner with fill target ``target`` no longer uses partial block ``block``."""
-        owners = self.targets[block]
-        if len(owners) == 1:
-            del self.targets[block]
+        owners = self.shared.get(block)
+        if owners is None:
+            del self.sole[block]
             self.fill_sum -= fill
             self.target_sum -= target
             self.count -= 1
-        else:
-            old = max(owners)
-            owners.remove(target)
-            if len(owners) == 1:
-                self.num_shared -= 1
-            self.target_sum += max(owners) - old
-
-    def replace_sole_owners(self, gone: list[int], came: list[int], came_targets: list[int],
-                            fill_change: int, target_change: int) -> None:
-        """``remove_owner`` for each partial block of ``gone`` (each with one owner), then
-        ``add_owner`` for each of ``came`` (blocks with no owner) with its target from
-        ``came_targets``, in one call; their fills and targets change the sums by
-        ``fill_change`` and ``target_change``."""
-        targets = self.targets
-        for block in gone:
-            if len(targets.pop(block)) != 1:  # pragma: no cover - internal invariant
-                raise RuntimeError(f"partial block {block} has more than one owner")
-        for block, target in zip(came, came_targets):
-            targets[block] = [target]
-        self.fill_sum += fill_change
-        self.target_sum += target_change
-        self.count += len(came) - len(gone)
+            return
+        old = max(owners)
+        owners.remove(target)
+        if len(owners) == 1:
+            del self.shared[block]
+            self.sole[block] = owners[0]
+        self.target_sum += max(owners) - old
 
     def slots(self, allocated_slots: int) -> tuple[int, int, int]:
         """(token_states, reserved, rounding) for a pool with ``allocated_slots`` in use."""

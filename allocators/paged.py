@@ -539,6 +539,7 @@ class PagedKVCacheManager:
         in_block = 0  # tokens appended on the inline path
         done = 0
         ndarray = np.ndarray
+        bs, ref_cnt = self.block_size, self.pool.ref_cnt
         try:
             for seq_id, tokens in zip(seq_ids, token_lists):
                 s = seqs.get(seq_id)
@@ -554,6 +555,15 @@ class PagedKVCacheManager:
                             s.tail.append(tokens[0])
                         else:  # a range (a span's synthetic tokens) or a list
                             s.tail.extend(tokens)
+                elif (s is not None and s.cpu_blocks is None and s.known is None
+                      and k and (n := s.num_tokens) + k <= s.final_len
+                      and not (n % bs and ref_cnt[s.table[-1]] > 1)):
+                    # NOTE: _queue_growth's queueing inlined (a span's growing sequences)
+                    need = -(-(n + k) // bs) - len(s.table)
+                    if need > free:
+                        break
+                    growing.append((seq_id, s, tokens, need))
+                    free -= need
                 else:
                     free = self._queue_growth(seq_id, s, tokens, growing, free, copies)
                     if free < 0:
@@ -634,7 +644,11 @@ class PagedKVCacheManager:
                     if end < (len(keys) + 1) * bs:  # fills no block: no ids to read yet
                         filling.append(None)
                         continue
-                    extend_tokens(tail, s.source(len(keys) * bs + len(tail), end))
+                    run = s.source(len(keys) * bs + len(tail), end)
+                    if isinstance(run, ndarray):
+                        extend_tokens(tail, run)
+                    else:  # a range or list: extend_tokens inlined
+                        tail.extend(run)
                 elif isinstance(tokens, ndarray):
                     extend_tokens(tail, tokens)
                 else:  # a range, list or tuple
@@ -662,23 +676,25 @@ class PagedKVCacheManager:
             filling = [None] * len(growing)
             total = sum([entry[3] for entry in growing])
         blocks = pool.allocate(total) if total else []  # [total]
-        gone: list[int] = []  # the partial last blocks before, in order
-        came: list[int] = []  # the partial last blocks after, in order, and their targets
-        came_targets: list[int] = []
-        fill_change = target_change = 0
+        # NOTE: every partial last block here is sole-owned (_queue_growth), so the ledger's
+        # ``sole`` entries are replaced in place (the one stored is the target it had) and
+        # its sums change once
+        ledger = self._ledger
+        sole = ledger.sole
+        partial_change = target_change = 0  # partial blocks and their targets, after - before
         filled: list[int] = []  # the blocks filled, in order, and their keys
         filled_keys: list[int] = []
         taken = written = 0
         for (_, s, tokens, need), new in zip(growing, filling):
             table, n, final = s.table, s.num_tokens, s.final_len
             k = len(tokens)
-            used = n % bs
-            if used:
-                gone.append(table[-1])
-                fill_change -= used
-                target = final - n + used
-                target_change -= target if target < bs else bs
-            if need:
+            if n % bs:
+                target_change -= sole.pop(table[-1])
+                partial_change -= 1
+            if need == 1:
+                table.append(blocks[taken])
+                taken += 1
+            elif need:
                 table += blocks[taken:taken + need]
                 taken += need
             n += k
@@ -686,13 +702,12 @@ class PagedKVCacheManager:
             written += k
             used = n % bs
             if used:
-                came.append(table[-1])
                 target = final - n + used
                 if target > bs:
                     target = bs
-                came_targets.append(target)
-                fill_change += used
+                sole[table[-1]] = target
                 target_change += target
+                partial_change += 1
                 room = final - n
                 s.room = room if room < bs - 1 - used else bs - 1 - used  # _set_room: its own block
             else:
@@ -704,7 +719,10 @@ class PagedKVCacheManager:
                 filled_keys += new
                 keys += new
                 del s.tail[:len(new) * bs]
-        self._ledger.replace_sole_owners(gone, came, came_targets, fill_change, target_change)
+        # the written slots, less those of the blocks completed (need - after + before each)
+        ledger.fill_sum += written - bs * (total - partial_change)
+        ledger.target_sum += target_change
+        ledger.count += partial_change
         pool.register_many(filled, filled_keys)
         self._logical += written
         growing.clear()

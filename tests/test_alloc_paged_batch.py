@@ -47,7 +47,7 @@ def _state(m: PagedKVCacheManager) -> dict:
         "cached": dict(pool._cached), "held": bytes(pool._held),
         "counts": (pool.num_free, pool.num_cached_free, pool.num_evictions, m._logical),
         "evicted": pool.evicted_since(0),
-        "ledger": (ledger.targets, ledger.fill_sum, ledger.target_sum, ledger.count,
+        "ledger": (ledger.sole, ledger.shared, ledger.fill_sum, ledger.target_sum, ledger.count,
                    ledger.num_shared),
         "residency": (log.lifetimes.tolist(), log.idle_before_evict.tolist(),
                       log.reuse_gaps.tolist(), log._since.tolist()),
