@@ -504,6 +504,7 @@ class PagedKVCacheManager:
         growing: list[tuple[int, _Seq, Sequence[int], int]] = []  # see _grow_together
         free = self.pool.num_free  # blocks not promised to ``growing``
         in_block = done = 0
+        bs, ref_cnt = self.block_size, self.pool.ref_cnt
         try:
             for seq_id, token in zip(seq_ids, repeat(None) if token_ids is None else token_ids):
                 s = seqs.get(seq_id)
@@ -513,8 +514,17 @@ class PagedKVCacheManager:
                     in_block += 1
                     if caching and s.source is None:
                         s.tail.append(token)
+                elif (s is not None and s.cpu_blocks is None and s.known is None
+                      and (n := s.num_tokens) < s.final_len
+                      and not (n % bs and ref_cnt[s.table[-1]] > 1)):
+                    # a token that takes or fills a block: queued (see _grow_together)
+                    need = -(-(n + 1) // bs) - len(s.table)
+                    if need > free:
+                        break
+                    growing.append((seq_id, s, (token,), need))
+                    free -= need
                 else:
-                    free = self._queue_growth(seq_id, s, (token,), growing, free, copies)
+                    free = self._append_general(seq_id, (token,), growing, copies)
                     if free < 0:
                         break
                 done += 1
@@ -558,14 +568,14 @@ class PagedKVCacheManager:
                 elif (s is not None and s.cpu_blocks is None and s.known is None
                       and k and (n := s.num_tokens) + k <= s.final_len
                       and not (n % bs and ref_cnt[s.table[-1]] > 1)):
-                    # NOTE: _queue_growth's queueing inlined (a span's growing sequences)
+                    # tokens that take or fill blocks: queued (see _grow_together)
                     need = -(-(n + k) // bs) - len(s.table)
                     if need > free:
                         break
                     growing.append((seq_id, s, tokens, need))
                     free -= need
                 else:
-                    free = self._queue_growth(seq_id, s, tokens, growing, free, copies)
+                    free = self._append_general(seq_id, tokens, growing, copies)
                     if free < 0:
                         break
                 done += 1
@@ -581,45 +591,25 @@ class PagedKVCacheManager:
         self._logical += tokens
 
     def _append_general(self, seq_id: int, tokens: Sequence[int],
-                        copies: list[tuple[int, int]]) -> bool:
-        """``append`` for the batch forms: its copies go to ``copies``; False when short."""
+                        growing: list[tuple[int, _Seq, Sequence[int], int]],
+                        copies: list[tuple[int, int]]) -> int:
+        """A batch form's append that ``_grow_together`` may not do, committed through
+        ``append`` after the queued ``growing`` ones; its copies go to ``copies``. Returns
+        the free blocks after it, or -1 (nothing changed for it) when short."""
+        self._grow_together(growing)
         grown = self.append(seq_id, tokens)
         if grown is None:
-            return False
-        copies.extend(grown)
-        return True
-
-    def _queue_growth(self, seq_id: int, s: _Seq | None, tokens: Sequence[int],
-                      growing: list[tuple[int, _Seq, Sequence[int], int]], free: int,
-                      copies: list[tuple[int, int]]) -> int:
-        """A batch form's append outside the inline path: queued in ``growing`` for
-        ``_grow_together`` when it may do it, else committed through ``append`` after the
-        queued ones. Returns the free blocks not promised to ``growing`` after it, or -1
-        (nothing changed for it) when short.
-
-        ``_grow_together`` may do it for a resident sequence within its final_len, whose
-        partial last block (if any) is its own (no copy-on-write) and whose prompt keys
-        are all used (``known``); it is queued with the new blocks it takes.
-        """
-        k = len(tokens)
-        if s is not None and k and s.cpu_blocks is None and s.known is None:
-            n, bs = s.num_tokens, self.block_size
-            if n + k <= s.final_len and not (n % bs and self.pool.ref_cnt[s.table[-1]] > 1):
-                need = -(-(n + k) // bs) - len(s.table)
-                if need > free:
-                    return -1
-                growing.append((seq_id, s, tokens, need))
-                return free - need
-        self._grow_together(growing)  # the general path, after the appends before it
-        if not self._append_general(seq_id, tokens, copies):
             return -1
+        copies.extend(grown)
         return self.pool.num_free
 
     def _grow_together(self, growing: list[tuple[int, _Seq, Sequence[int], int]]) -> None:
-        """Commit ``growing``'s appends ``(seq_id, seq, tokens, new blocks)`` (accepted by
-        ``_together_need``, all fitting) exactly as ``append`` one after the other would,
-        with one allocation for all their new blocks and one registration of the blocks
-        they fill; empties ``growing``.
+        """Commit ``growing``'s appends ``(seq_id, seq, tokens, new blocks)`` exactly as
+        ``append`` one after the other would, with one allocation for all their new blocks
+        and one registration of the blocks they fill; empties ``growing``. The batch forms
+        queue (all fitting) the appends of resident sequences within their final_len whose
+        partial last block (if any) is their own (no copy-on-write) and whose prompt keys
+        are all used (``known``).
 
         NOTE: the allocation pops the blocks in the order the appends would, so block ids,
         evictions and residency times are the same. Registering the filled blocks after
@@ -676,7 +666,7 @@ class PagedKVCacheManager:
             filling = [None] * len(growing)
             total = sum([entry[3] for entry in growing])
         blocks = pool.allocate(total) if total else []  # [total]
-        # NOTE: every partial last block here is sole-owned (_queue_growth), so the ledger's
+        # NOTE: every partial last block here is sole-owned (as queued), so the ledger's
         # ``sole`` entries are replaced in place (the one stored is the target it had) and
         # its sums change once
         ledger = self._ledger
