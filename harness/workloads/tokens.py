@@ -28,7 +28,10 @@ ID_SPACE = 1 << ID_BITS  # every prompt id is < ID_SPACE
 UNIQUE_BASE = 1 << 29  # fresh ids: [UNIQUE_BASE, ID_SPACE); hash-derived ids: [0, UNIQUE_BASE)
 _UNIQUE_BITS = 29
 _MULTIPLIERS = (0x2C1B3C6D, 0x297A2D39, 0x9E3779B1)  # odd
-_CHUNK_TOKENS = 1 << 22  # bounds temporary memory when generating many fresh ids
+# fresh ids are generated this many at a time: bounds temporary memory, and keeps each
+# chunk's ten in-place passes in the CPU's L2 cache (16M ids: 0.093 s with chunks of 1 << 22,
+# 0.042 s with 1 << 16; best of 3 on this project's 2-vCPU EPYC VM, 2026-12-05)
+_CHUNK_TOKENS = 1 << 16
 
 
 def readonly(array: np.ndarray) -> np.ndarray:
