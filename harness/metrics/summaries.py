@@ -56,20 +56,22 @@ class RunRecorder:
     # request id -> its SequenceGroup.token_breaks (only finished requests that had some):
     # with the step table they give every output token's time (harness.metrics.latency)
     token_breaks: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
-    # NOTE: each column's bound ``append``, in STEP_COLUMNS order: ``record_step`` runs once
-    # per scheduled step (the columns are appended in place, never replaced)
-    _appends: list = field(init=False, repr=False, compare=False)
+    # NOTE: the column lists in STEP_COLUMNS order: ``record_step`` runs once per scheduled
+    # step (the columns are appended in place, never replaced). ``column.append(value)`` is
+    # a specialised list append on Python 3.11; a bound ``append`` kept in a list is a
+    # generic call (Azure conv paged, 3,000 requests, callgrind: 13,653.6M -> 13,640.0M)
+    _columns: list[list] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._appends = [self.steps[name].append for name in STEP_COLUMNS]
+        self._columns = [self.steps[name] for name in STEP_COLUMNS]
 
     def record_step(self, time_s: float, duration_s: float, num_seqs: int, num_batched_tokens: int,
                     num_prefill_tokens: int, num_waiting: int, num_preempted: int,
                     memory: MemoryBreakdown) -> None:
         row = (len(self.steps["step"]), time_s, duration_s, num_seqs, num_batched_tokens,
                num_prefill_tokens, num_waiting, num_preempted, *_memory_row(memory))
-        for append, value in zip(self._appends, row):
-            append(value)
+        for column, value in zip(self._columns, row):
+            column.append(value)
         if memory.group_blocks:
             self.group_blocks.append(memory.group_blocks)
 
