@@ -635,10 +635,10 @@ class PagedKVCacheManager:
                         filling.append(None)
                         continue
                     run = s.source(len(keys) * bs + len(tail), end)
-                    if isinstance(run, ndarray):
-                        extend_tokens(tail, run)
-                    else:  # a range or list: extend_tokens inlined
+                    if type(run) is list:  # extend_tokens inlined
                         tail.extend(run)
+                    else:  # a range or an array
+                        extend_tokens(tail, run)
                 elif isinstance(tokens, ndarray):
                     extend_tokens(tail, tokens)
                 else:  # a range, list or tuple

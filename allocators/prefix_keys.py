@@ -81,10 +81,20 @@ def chain_arrays(parent: int, data: bytes, offset: int, count: int, width: int) 
     return chain.tolist()
 
 
+# The ids an ``array("i")`` holds: [_INT32_MIN, _INT32_END)
+_INT32_MIN, _INT32_END = -(1 << 31), 1 << 31
+
+
 def extend_tokens(buffer: array, token_ids: Sequence[int] | np.ndarray) -> None:
     """Append the ids to an ``array("i")`` buffer (a sequence's tail) in one C-level pass."""
     if isinstance(token_ids, np.ndarray):
         buffer.frombytes(token_ids.astype(np.int32, copy=False).tobytes())
+    elif (type(token_ids) is range and token_ids.step == 1
+          and _INT32_MIN <= token_ids.start and token_ids.stop <= _INT32_END):
+        # NOTE: a range (a block of synthetic ids, read when it fills) laid out by numpy:
+        # ``extend`` converts it id by id, ~4x the time for a 32-id block; the bounds keep
+        # numpy from wrapping ids that ``extend`` refuses
+        buffer.frombytes(np.arange(token_ids.start, token_ids.stop, dtype=np.int32).tobytes())
     else:
         buffer.extend(token_ids)  # NOTE: a range or list, without an intermediate array
 

@@ -7,6 +7,7 @@ equal a fresh lookup.
 """
 
 import random
+from array import array
 
 import numpy as np
 import pytest
@@ -214,3 +215,22 @@ def test_the_prompt_memo_trusts_identity_only_for_read_only_ids():
     changed = m._prompt(ids)
     assert changed is not chain and changed.data == ids.tobytes()
     assert m._prompt(frozen) is not changed and m._prompt(frozen).data == frozen.tobytes()
+
+
+@pytest.mark.parametrize("ids", [range(1 << 30, (1 << 30) + 32), range(5, 5), range(9, 3),
+                                 range(-7, 40), range((1 << 31) - 4, 1 << 31),
+                                 range(-(1 << 31), -(1 << 31) + 3), range(0, 64, 3)])
+def test_extend_tokens_lays_a_range_out_as_array_extend_does(ids):
+    """A range's ids laid out by numpy (the fast path) are array("i").extend's."""
+    laid, extended = array("i", [1, 2]), array("i", [1, 2])
+    prefix_keys.extend_tokens(laid, ids)
+    extended.extend(ids)
+    assert laid.tobytes() == extended.tobytes()
+
+
+@pytest.mark.parametrize("ids", [range((1 << 31) - 2, (1 << 31) + 2),
+                                 range(-(1 << 31) - 1, -(1 << 31) + 2)])
+def test_extend_tokens_refuses_a_range_beyond_int32_as_array_extend_does(ids):
+    """numpy would wrap ids beyond int32: such a range goes to ``extend``, which refuses."""
+    with pytest.raises(OverflowError):
+        prefix_keys.extend_tokens(array("i"), ids)
