@@ -33,7 +33,7 @@ compactions that drop the consumed head.
 from __future__ import annotations
 
 from array import array
-from itertools import islice
+from itertools import chain, islice, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
@@ -240,24 +240,18 @@ class BlockPool:
         if self.residency is not None:  # before the keys of the evicted blocks are dropped
             self.residency.allocated(out, held)
         evicted = len(log)
-        for b, key in zip(out, keys):
+        # (the blocks past ``keys``, the partial last one as a rule, get no key)
+        for b, key in zip(out, chain(keys, repeat(None))):
             ref[b] = 1
             if held[b]:  # evicted: NOTE: a registered block is its key's block
                 del cached[block_keys[b]]
                 log.append(b)
-            if cached.setdefault(key, b) == b:
+            if key is not None and cached.setdefault(key, b) == b:
                 block_keys[b] = key
                 held[b] = 1
-            else:  # ``key`` twice in ``keys``: its first block keeps it, as in register_many
-                block_keys[b] = None
+            else:  # no key, or ``key`` twice in ``keys`` (its first block keeps it, as in
+                block_keys[b] = None  # register_many)
                 held[b] = 0
-        for b in out[len(keys):]:
-            ref[b] = 1
-            if held[b]:
-                del cached[block_keys[b]]
-                block_keys[b] = None
-                held[b] = 0
-                log.append(b)
         evicted = len(log) - evicted
         self.num_cached_free -= evicted
         self.num_evictions += evicted
