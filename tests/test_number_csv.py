@@ -65,7 +65,8 @@ def test_a_number_table_is_written_as_pyarrow_writes_it(monkeypatch, rows, mean_
 def test_a_column_of_long_runs_is_cast_a_run_at_a_time():
     array = pa.array([0.5] * 10 + [-0.0] * 5 + [0.0] * 5)
     texts = number_csv._texts_by_runs(array)
-    assert texts.type == pa.string()
+    assert texts.values.to_pylist() == ["0.5", "-0", "0"]  # each run's text once
+    assert texts.run_ends.to_pylist() == [10, 15, 20]
     assert texts.to_pylist() == ["0.5"] * 10 + ["-0"] * 5 + ["0"] * 5
     distinct = pa.array([0.5, 1.5, 2.5, 2.5])  # most values start a run: left to the writer
     assert number_csv._texts_by_runs(distinct) is distinct
