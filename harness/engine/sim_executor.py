@@ -314,8 +314,11 @@ class SimExecutor:
         spans, self.phase_spans = self.phase_spans, []
         decodes, self.span_decodes = self.span_decodes, array("d")
         # [spans, 2 + phases - 1]: first step, steps (exact as floats), the phases but
-        # attention_decode
-        spans = np.array(spans, dtype=np.float64).reshape(len(spans), 1 + len(PHASES))
+        # attention_decode (read as one stream, as the rows are: np.array's walk of a list
+        # of tuples took 1 us a span, 0.06 s on Azure conv's four systems)
+        width = 1 + len(PHASES)
+        spans = np.fromiter(chain.from_iterable(spans), np.float64,
+                            width * len(spans)).reshape(len(spans), width)
         firsts, sizes = spans[:, 0].astype(np.int64), spans[:, 1].astype(np.int64)
         executed = len(rows)
         steps = executed + len(decodes)
