@@ -59,9 +59,9 @@ def _texts_by_runs(array: pa.Array) -> pa.Array:
     starts = np.empty(len(values), dtype=bool)  # [rows]: a run starts there
     starts[0] = True
     np.not_equal(bits[1:], bits[:-1], out=starts[1:])
-    firsts = np.flatnonzero(starts)  # [runs]: each run's first row
-    if 2 * len(firsts) > len(values):
+    if 2 * np.count_nonzero(starts) > len(values):
         return array
+    firsts = np.flatnonzero(starts)  # [runs]: each run's first row
     ends = np.empty(len(firsts), dtype=np.int32)  # [runs]: the row after each run
     ends[:-1] = firsts[1:]
     ends[-1] = len(values)
