@@ -247,3 +247,34 @@ def test_arrivals_joined_by_counts_the_requests_that_joined_before_each_step():
                         if times[i] <= start and reasons[i] is None) for start in starts]
         assert arrivals.joined_by(starts) == expected
         assert arrivals.joined_by(starts, 3) == [3 + count for count in expected]  # + queued
+
+
+def test_paged_span_events_match_a_step_by_step_walk():
+    """A span's per-step block figures equal those of walking its steps one by one, each
+    sequence appending one token: a block taken where a position starts one, with target
+    ``min(block, tokens left to write)``; reserved slots grow by the target less the one
+    written (one written at every other step), rounding by what the target leaves of the
+    block. Spans shorter and longer than a block, sequences finishing in them."""
+    from harness.engine.fast_forward import _paged_span_events
+
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        bs = int(rng.choice([1, 2, 4, 16, 32]))
+        span = int(rng.integers(1, 3 * bs + 3))
+        n = int(rng.integers(1, 40))
+        computed = rng.integers(1, 400, n).tolist()
+        remaining = (span + rng.integers(0, 2 * bs + 2, n)).tolist()  # none passes its end
+        news, reserved, rounding, block_steps = [0] * span, [0] * span, [0] * span, []
+        for i, (c, left) in enumerate(zip(computed, remaining)):
+            for j in range(span):
+                if (c + j) % bs == 0:  # this append starts a block
+                    target = min(bs, left - j)
+                    news[j] += 1
+                    reserved[j] += target - 1
+                    rounding[j] += bs - target
+                    block_steps.append((i, j))
+                else:
+                    reserved[j] -= 1
+        by_sequence = [j for _, j in sorted(block_steps)]
+        assert _paged_span_events(computed, remaining, bs, span) == (
+            news, reserved, rounding, by_sequence)
