@@ -278,3 +278,40 @@ def test_paged_span_events_match_a_step_by_step_walk():
         by_sequence = [j for _, j in sorted(block_steps)]
         assert _paged_span_events(computed, remaining, bs, span) == (
             news, reserved, rounding, by_sequence)
+
+
+def test_decoding_batch_reads_every_running_sequence_in_order():
+    """``DecodingBatch.of`` equals a walk over each running group's sequences: groups of
+    one sequence (given tokens or not), parallel samples among them, a beam search (no
+    batch), a sequence still prefilling or yet to sample its first token (no batch)."""
+    from harness.engine.sequence import Sequence, SequenceGroup
+
+    def reference(running):
+        seqs = [seq for group in running for seq in group.seqs]
+        if any(group.request.beam_width > 1 for group in running) or any(
+                seq.num_computed != seq.prompt_len + seq.num_generated - 1
+                or not seq.num_generated for seq in seqs):
+            return None
+        return DecodingBatch(seqs, [seq.num_computed for seq in seqs],
+                             [seq.output_len - seq.num_generated for seq in seqs],
+                             [i for i, seq in enumerate(seqs) if seq.synthetic_offset < 0])
+
+    rng = np.random.default_rng(5)
+    given = np.arange(50, dtype=np.int32)
+    for trial in range(300):
+        running = []
+        for r in range(int(rng.integers(1, 12))):
+            kind = rng.choice(["single", "given", "samples", "beams"], p=[0.7, 0.1, 0.15, 0.05])
+            request = Request(r, 0.0, np.arange(int(rng.integers(1, 40)), dtype=np.int32), 50,
+                              num_samples=3 if kind == "samples" else 1,
+                              beam_width=2 if kind == "beams" else 1,
+                              output_token_ids=given if kind == "given" else None)
+            group = SequenceGroup(request)
+            group.seqs = [Sequence(10 * r + i, group, i) for i in range(group.width)]
+            for seq in group.seqs:
+                seq.num_generated = int(rng.integers(1, 50))
+                seq.num_computed = seq.prompt_len + seq.num_generated - 1
+                if rng.random() < 0.02:  # prefilling, or its prompt's last token to compute
+                    seq.num_generated, seq.num_computed = 0, int(rng.integers(0, seq.prompt_len))
+            running.append(group)
+        assert DecodingBatch.of(SimpleNamespace(running=running)) == reference(running)
