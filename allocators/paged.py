@@ -75,9 +75,10 @@ class _Seq:
         # The admitted tokens while some of their full blocks are not keyed yet, so that
         # chunks of them are keyed from the precomputed keys (prefix caching only).
         self.known: PromptKeys | None = None
-        # source(start, end): the ids at positions [start, end), read when a block fills
-        # (set_token_source; prefix caching only); None: the appends' ids are the tail's
-        self.source: Callable[[int, int], Sequence[int] | np.ndarray] | None = None
+        # source(start, end): the ids at positions [start, end) as packed 4-byte ints, read
+        # when a block fills (set_token_source; prefix caching only); None: the appends'
+        # ids are the tail's
+        self.source: Callable[[int, int], bytes] | None = None
 
 
 @register_manager("paged")
@@ -631,24 +632,29 @@ class PagedKVCacheManager:
                 tail, keys = s.tail, s.keys
                 if s.source is not None:  # NOTE: _read_tail inlined (the decode hot path)
                     end = s.num_tokens + len(tokens)
-                    if end < (len(keys) + 1) * bs:  # fills no block: no ids to read yet
+                    keyed = len(keys) * bs
+                    if end < keyed + bs:  # fills no block: no ids to read yet
                         filling.append(None)
                         continue
-                    run = s.source(len(keys) * bs + len(tail), end)
-                    if type(run) is list:  # extend_tokens inlined
-                        tail.extend(run)
-                    else:  # a range or an array
-                        extend_tokens(tail, run)
-                elif isinstance(tokens, ndarray):
-                    extend_tokens(tail, tokens)
-                else:  # a range, list or tuple
-                    tail.extend(tokens)
-                count = len(tail) // bs
-                if not count:
-                    filling.append(None)
-                    continue
+                    # NOTE: only the ids of the blocks filled are read, so the tail is
+                    # empty after them (it lags behind) and the next fill's bytes are the
+                    # source's own, hashed without a round trip through the tail
+                    full = end - end % bs
+                    data = s.source(keyed + len(tail), full)
+                    if tail:
+                        data = tail.tobytes() + data
+                    count = (full - keyed) // bs
+                else:
+                    if isinstance(tokens, ndarray):
+                        extend_tokens(tail, tokens)
+                    else:  # a range, list or tuple
+                        tail.extend(tokens)
+                    count = len(tail) // bs
+                    if not count:
+                        filling.append(None)
+                        continue
+                    data = tail.tobytes()
                 parent = keys[-1] if keys else 0
-                data = tail.tobytes()
                 if count == 1:  # chain_keys inlined (the decode hot path)
                     new = [(parent * MUL + hash(data[:w])) & MASK]
                 else:
@@ -742,13 +748,12 @@ class PagedKVCacheManager:
             ledger.add_owner(table[last], new_n - last * bs, min(bs, s.final_len - last * bs))
         return copies
 
-    def set_token_source(self, seq_id: int,
-                         source: Callable[[int, int], Sequence[int] | np.ndarray]) -> None:
+    def set_token_source(self, seq_id: int, source: Callable[[int, int], bytes]) -> None:
         """From now on read ``seq_id``'s token ids from ``source(start, end)`` (the ids at
-        positions ``[start, end)``, of tokens it holds) when a block fills: its appends'
-        ids are then only counted (they may be None in ``append_decode``). Needs prefix
-        caching (``Capabilities.token_sources``); the engine gives each sequence it admits
-        or forks its ``Sequence.token_run``.
+        positions ``[start, end)``, of tokens it holds, as packed 4-byte ints: the bytes
+        keys hash) when a block fills: its appends' ids are then only counted (they may be
+        None in ``append_decode``). Needs prefix caching (``Capabilities.token_sources``);
+        the engine gives each sequence it admits or forks its ``Sequence.token_run``.
 
         NOTE: the decode path then builds no ids: the tail lags behind the tokens written
         until a block fills, and reading its ids then gives the same bytes, so the same keys.
@@ -763,7 +768,7 @@ class PagedKVCacheManager:
         tokens before position ``end``, read from the source."""
         start = len(s.keys) * self.block_size + len(s.tail)
         if start < end:
-            extend_tokens(s.tail, s.source(start, end))
+            s.tail.frombytes(s.source(start, end))
 
     def _key_full_blocks(self, s: _Seq) -> None:
         """Key and register the blocks the tail buffer has filled."""

@@ -10,13 +10,13 @@ samples, the offload tier) but the tails, where the one with sources holds a pre
 the ids the other holds: the ids it has not read yet.
 
 Few token ids and tiny blocks make decode-produced blocks repeat cached keys (prefix
-hits, the batch's fall back to single appends); runs of consecutive ids make sources
-that return ranges.
+hits, the batch's fall back to single appends).
 """
 
 from __future__ import annotations
 
-import numpy as np
+from array import array
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -48,14 +48,10 @@ class SourcesAgainstGivenIds(RuleBasedStateMachine):
 
     def give_source(self, sid: int) -> None:
         stream = self.streams[sid]
-        if sid % 2:
-            def source(start: int, end: int):
-                ids = stream[start:end]
-                consecutive = ids == list(range(ids[0], ids[0] + len(ids)))
-                return range(ids[0], ids[-1] + 1) if consecutive else ids
-        else:
-            def source(start: int, end: int):
-                return np.array(stream[start:end], dtype=np.int32)
+
+        def source(start: int, end: int) -> bytes:
+            return array("i", stream[start:end]).tobytes()
+
         self.sourced.set_token_source(sid, source)
         self.with_source.add(sid)
 

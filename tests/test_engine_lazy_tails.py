@@ -110,9 +110,9 @@ def test_chat_answers_the_workload_gives_key_the_same_blocks(monkeypatch, seed):
 
 
 def test_token_run_reads_as_token_ids():
-    """``Sequence.token_run`` (the token source) gives ``token_ids``' ids: prompt and
-    generated positions, ids that wrap around ``SYNTHETIC_TOKEN_BASE``, ids the workload
-    gives, and stored ones."""
+    """``Sequence.token_run`` (the token source) gives ``token_ids``' ids as packed 4-byte
+    ints: prompt and generated positions, ids that wrap around ``SYNTHETIC_TOKEN_BASE``,
+    ids the workload gives, and stored ones."""
     from array import array
 
     prompt = np.arange(5, dtype=np.int32)
@@ -131,4 +131,5 @@ def test_token_run_reads_as_token_ids():
     for seq in seqs:
         for start in range(0, 44, 3):
             for end in range(start + 1, 45, 5):
-                assert list(seq.token_run(start, end)) == seq.token_ids(start, end).tolist()
+                ids = array("i", seq.token_ids(start, end).tolist())
+                assert seq.token_run(start, end) == ids.tobytes()

@@ -221,7 +221,7 @@ def _recording(source, reads: list):
     """``source``, keeping each answer in ``reads`` (for ``_replaying``)."""
     def recorded(start: int, end: int):
         ids = source(start, end)
-        reads.append(ids if isinstance(ids, range) else np.asarray(ids, dtype=np.int32))
+        reads.append(ids)  # packed 4-byte ints
         return ids
     return recorded
 
