@@ -20,6 +20,7 @@ hash values (only on which keys are equal), so runs stay deterministic although
 
 from __future__ import annotations
 
+import sys
 from array import array
 from typing import Sequence
 
@@ -91,12 +92,35 @@ def extend_tokens(buffer: array, token_ids: Sequence[int] | np.ndarray) -> None:
         buffer.frombytes(token_ids.astype(np.int32, copy=False).tobytes())
     elif (type(token_ids) is range and token_ids.step == 1
           and _INT32_MIN <= token_ids.start and token_ids.stop <= _INT32_END):
-        # NOTE: a range (a block of synthetic ids, read when it fills) laid out by numpy:
+        # NOTE: a range (consecutive synthetic ids) laid out by numpy:
         # ``extend`` converts it id by id, ~4x the time for a 32-id block; the bounds keep
         # numpy from wrapping ids that ``extend`` refuses
         buffer.frombytes(np.arange(token_ids.start, token_ids.stop, dtype=np.int32).tobytes())
     else:
         buffer.extend(token_ids)  # NOTE: a range or list, without an intermediate array
+
+
+# run_bytes packs up to this many ids as an integer, memoising each count's lanes (timed
+# 2026-12-05, ns for 16 / 48 / 64 ids: integer 200 / 386 / 451, numpy 385 / 398 / 387)
+_RUN_INT_MAX = 48
+_RUN_LANES: dict[int, tuple[int, int]] = {}  # count -> (sum 2**(32 i), sum i * 2**(32 i))
+
+
+def run_bytes(first: int, count: int) -> bytes:
+    """``token_bytes(range(first, first + count))``, for ids in ``[0, 2**31)``.
+
+    NOTE: for a few blocks' ids (one read per block filled) one integer multiply-add
+    instead of numpy: the ``count`` ids packed as 4-byte ints are the integer whose
+    32-bit lanes (from the lowest) hold ``first + i``, i.e. ``first * sum(2**(32 i)) +
+    sum(i * 2**(32 i))``; no lane carries into the next, as every id fits in 31 bits.
+    """
+    lanes = _RUN_LANES.get(count)
+    if lanes is None:
+        if count > _RUN_INT_MAX:
+            return np.arange(first, first + count, dtype=np.int32).tobytes()
+        lanes = _RUN_LANES[count] = (sum(1 << 32 * i for i in range(count)),
+                                     sum(i << 32 * i for i in range(count)))
+    return (first * lanes[0] + lanes[1]).to_bytes(4 * count, sys.byteorder)
 
 
 def token_bytes(token_ids: Sequence[int] | np.ndarray) -> bytes:

@@ -234,3 +234,13 @@ def test_extend_tokens_refuses_a_range_beyond_int32_as_array_extend_does(ids):
     """numpy would wrap ids beyond int32: such a range goes to ``extend``, which refuses."""
     with pytest.raises(OverflowError):
         prefix_keys.extend_tokens(array("i"), ids)
+
+
+@pytest.mark.parametrize("first, count", [(1 << 30, 16), (1 << 30, 1), (0, 0), (0, 17),
+                                          (12_345, 100), ((1 << 31) - 16, 16),
+                                          ((1 << 31) - 1, 1), ((1 << 30) + 987_654, 48),
+                                          ((1 << 30) + 5, 49), ((1 << 31) - 300, 300)])
+def test_run_bytes_are_the_ids_packed_as_an_int_array(first, count):
+    """A run of consecutive ids packed by ``run_bytes`` (integer lanes, or numpy past
+    ``_RUN_INT_MAX``) is array("i")'s bytes of the same ids, up to the largest int32."""
+    assert prefix_keys.run_bytes(first, count) == array("i", range(first, first + count)).tobytes()
