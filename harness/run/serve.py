@@ -30,7 +30,6 @@ from harness.config.specs import (EngineSpec, HardwareSpec, ModelSpec, SloSpec, 
 from harness.engine.engine import EngineRun, run_engine
 from harness.engine.scheduler import Scheduler
 from harness.run.huge_pages import without_huge_pages
-from harness.run.malloc_reuse import reuse_freed_memory
 from harness.engine.executors import executor_capacity_slots, make_executor
 from harness.engine.fit_range import extrapolation_warnings
 from harness.errors import ConfigError, did_you_mean
@@ -413,11 +412,8 @@ def _run_system(system: SystemSpec, context: RunContext, show_progress: bool,
     the engine leaves some 37,000 young tuples (its request rows and executed steps'
     phases on Azure conv's max run) that the next young collection walks once to find
     nothing, 10-25 ms a system (``gc.callbacks``); the work after the run (phase columns,
-    tables, summary) makes no reference cycles. The process's malloc keeps what it frees
-    (``reuse_freed_memory``): that work's large numpy temporaries reuse the heap's pages
-    instead of faulting in fresh ones.
+    tables, summary) makes no reference cycles.
     """
-    reuse_freed_memory()
     c = context
     with contextlib.ExitStack() as after_engine:  # (the collector's pause: _run_one)
         run = _run_one(system, c.workload, c.model, c.hardware, c.engine, c.capacity,
