@@ -99,10 +99,12 @@ def reference_tree(ref: str, worktrees: Path) -> Tree:
     return Tree(ref, path, shim)
 
 
-def run_once(trace: Path, overrides: list[str], tree: Tree | None = None) -> dict:
-    """One CLI run in a scratch directory; its timings and step counts."""
+def run_once(trace: Path, overrides: list[str], tree: Tree | None = None,
+             scratch: Path | None = None) -> dict:
+    """One CLI run in a scratch directory (under ``scratch``, default the system's temporary
+    directory); its timings and step counts."""
     tree = tree or checkout_tree()
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory(dir=scratch) as out:
         cmd = [sys.executable, "-m", "harness", *overrides, f"workload.path={trace}",
                "progress=false", "report=false", f"hydra.run.dir={out}"]
         subprocess.run(cmd, cwd=tree.root, env=tree.env(), check=True, stdout=subprocess.DEVNULL,
@@ -191,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare HEAD with this commit, part by part (repeatable)")
     parser.add_argument("--worktrees", type=Path, default=Path(tempfile.gettempdir()),
                         help="where the references' worktrees go")
+    parser.add_argument("--scratch", type=Path, default=None,
+                        help="where the runs write their outputs (default: the system's "
+                             "temporary directory); a RAM disk such as /dev/shm keeps the "
+                             "disk's writeback out of the overhead figures")
     parser.add_argument("--max-ratio", type=float, default=1.10,
                         help="HEAD / reference above this fails (the brief's 10%% rule)")
     args = parser.parse_args(argv)
@@ -198,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     figures = {"machine": {"date_utc": dt.datetime.now(dt.timezone.utc).date().isoformat(),
                            "cpus": os.cpu_count(), "platform": platform.platform(),
-                           "python": platform.python_version()}}
+                           "python": platform.python_version(),
+                           "scratch": str(args.scratch or tempfile.gettempdir())}}
     traces = {}
     for name in args.only or RUNS:
         trace = (args.traces / RUNS[name][0]).resolve()
@@ -214,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             done = {}
             shift = round_index % len(trees)  # rotate who runs first
             for tree in trees[shift:] + trees[:shift]:
-                done[tree.label] = run_once(trace, RUNS[name][1], tree)
+                done[tree.label] = run_once(trace, RUNS[name][1], tree, args.scratch)
                 print(f"round {round_index + 1}, {name}, {tree.label}: {json.dumps(done[tree.label])}",
                       file=sys.stderr)
             runs[name].append(done)
