@@ -56,30 +56,44 @@ def _state(m: PagedKVCacheManager) -> dict:
     }
 
 
-class BatchAgainstSingleAppends(RuleBasedStateMachine):
+class TwinManagers(RuleBasedStateMachine):
+    """Two paged managers, ``first`` and ``second``, driven by the same admissions, forks,
+    frees and swaps (``both``: the second must answer as the first did); ``finals``: the
+    open sequences' final lengths. A subclass adds its appends and its invariant, and
+    keeps its own records through ``admitted``, ``forked`` and ``freed``."""
+
     num_blocks, bs, caching = 16, 4, True
 
     def __init__(self):
         super().__init__()
-        self.batch = _manager(self.num_blocks, self.bs, self.caching)  # gets append_batch / _decode
-        self.single = _manager(self.num_blocks, self.bs, self.caching)  # the same as single appends
-        self.seqs: dict[int, int] = {}  # seq id -> final_len
+        self.first = _manager(self.num_blocks, self.bs, self.caching)
+        self.second = _manager(self.num_blocks, self.bs, self.caching)
+        self.finals: dict[int, int] = {}  # seq id -> final_len
         self.next_id = 0
         self.clock = 0.0
 
     def both(self, op: str, *args):
-        result = getattr(self.batch, op)(*args)
-        assert getattr(self.single, op)(*args) == result
+        result = getattr(self.first, op)(*args)
+        assert getattr(self.second, op)(*args) == result
         return result
 
     def tick(self) -> None:
         self.clock += 1.0
-        self.batch.pool.residency.now = self.single.pool.residency.now = self.clock
+        self.first.pool.residency.now = self.second.pool.residency.now = self.clock
 
     def open_ids(self) -> list[int]:
-        return [sid for sid, final in self.seqs.items()
-                if sid in self.batch and not self.batch.is_swapped(sid)
-                and self.batch.num_tokens(sid) < final]
+        return [sid for sid, final in self.finals.items()
+                if sid in self.first and not self.first.is_swapped(sid)
+                and self.first.num_tokens(sid) < final]
+
+    def admitted(self, sid: int, prompt: list[int]) -> None:
+        """``sid`` was admitted with ``prompt``."""
+
+    def forked(self, data, parent: int, sid: int, held: int) -> None:
+        """``sid`` was forked from ``parent``, which held ``held`` tokens."""
+
+    def freed(self, sid: int) -> None:
+        """``sid`` was freed."""
 
     @rule(data=st.data())
     def admit(self, data):
@@ -90,24 +104,28 @@ class BatchAgainstSingleAppends(RuleBasedStateMachine):
         num = data.draw(st.integers(1, len(prompt)))
         sid, self.next_id = self.next_id, self.next_id + 1
         if self.both("admit", sid, prompt, final, num) is not None:
-            self.seqs[sid] = final
+            self.finals[sid] = final
+            self.admitted(sid, prompt)
 
     @precondition(lambda self: self.open_ids())
     @rule(data=st.data())
     def fork(self, data):
         parent = data.draw(st.sampled_from(self.open_ids()))
-        final = self.batch.num_tokens(parent) + data.draw(st.integers(0, 8))
+        held = self.first.num_tokens(parent)
+        final = held + data.draw(st.integers(0, 8))
         sid, self.next_id = self.next_id, self.next_id + 1
         self.both("fork", parent, sid, final)
-        self.seqs[sid] = final
+        self.finals[sid] = final
+        self.forked(data, parent, sid, held)
 
-    @precondition(lambda self: self.seqs)
+    @precondition(lambda self: self.finals)
     @rule(data=st.data())
     def free(self, data):
         self.tick()
-        sid = data.draw(st.sampled_from(sorted(self.seqs)))
+        sid = data.draw(st.sampled_from(sorted(self.finals)))
         self.both("free", sid)
-        del self.seqs[sid]
+        del self.finals[sid]
+        self.freed(sid)
 
     @precondition(lambda self: self.open_ids())
     @rule(data=st.data())
@@ -115,6 +133,15 @@ class BatchAgainstSingleAppends(RuleBasedStateMachine):
         sid = data.draw(st.sampled_from(self.open_ids()))
         if self.both("swap_out", sid) is not None and data.draw(st.booleans()):
             self.both("swap_in", sid)
+
+
+class BatchAgainstSingleAppends(TwinManagers):
+    """``first`` (``batch``) gets append_batch / append_decode, ``second`` (``single``) the
+    same as single appends."""
+
+    def __init__(self):
+        super().__init__()
+        self.batch, self.single = self.first, self.second
 
     @precondition(lambda self: self.open_ids())
     @rule(data=st.data(), decode=st.booleans(), span=st.booleans())
@@ -125,7 +152,7 @@ class BatchAgainstSingleAppends(RuleBasedStateMachine):
         sids = data.draw(st.lists(st.sampled_from(self.open_ids()), min_size=1, unique=True))
         toks = []
         for sid in sids:
-            room = self.seqs[sid] - self.batch.num_tokens(sid)
+            room = self.finals[sid] - self.batch.num_tokens(sid)
             k = 1 if decode else data.draw(st.integers(1, min(room, 3 * self.bs)))
             tokens = data.draw(st.lists(TOKENS, min_size=k, max_size=k))
             toks.append(range(tokens[0], tokens[0] + k) if data.draw(st.booleans()) else tokens)

@@ -19,32 +19,22 @@ from array import array
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
-from test_alloc_paged_batch import PREFIXES, TOKENS, _manager, _state
+from test_alloc_paged_batch import TOKENS, TwinManagers, _state
 
 
-class SourcesAgainstGivenIds(RuleBasedStateMachine):
+class SourcesAgainstGivenIds(TwinManagers):
+    """``first`` (``sourced``) reads its sequences' ids from token sources, ``second``
+    (``given``) is given every id."""
+
     num_blocks, bs = 16, 4
 
     def __init__(self):
         super().__init__()
-        self.given = _manager(self.num_blocks, self.bs, True)  # every append gets the ids
-        self.sourced = _manager(self.num_blocks, self.bs, True)  # reads them from sources
+        self.sourced, self.given = self.first, self.second
         self.streams: dict[int, list[int]] = {}  # seq id -> its ids (positions 0 ..)
-        self.finals: dict[int, int] = {}
         self.with_source: set[int] = set()  # sequences the sourced manager reads from
-        self.next_id = 0
-        self.clock = 0.0
-
-    def both(self, op: str, *args):
-        result = getattr(self.sourced, op)(*args)
-        assert getattr(self.given, op)(*args) == result
-        return result
-
-    def tick(self) -> None:
-        self.clock += 1.0
-        self.given.pool.residency.now = self.sourced.pool.residency.now = self.clock
 
     def give_source(self, sid: int) -> None:
         stream = self.streams[sid]
@@ -55,10 +45,18 @@ class SourcesAgainstGivenIds(RuleBasedStateMachine):
         self.sourced.set_token_source(sid, source)
         self.with_source.add(sid)
 
-    def open_ids(self) -> list[int]:
-        return [sid for sid, final in self.finals.items()
-                if sid in self.given and not self.given.is_swapped(sid)
-                and self.given.num_tokens(sid) < final]
+    def admitted(self, sid: int, prompt: list[int]) -> None:
+        self.streams[sid] = list(prompt)
+        self.give_source(sid)
+
+    def forked(self, data, parent: int, sid: int, held: int) -> None:
+        self.streams[sid] = self.streams[parent][:held]  # then its own ids
+        if data.draw(st.booleans()):  # its source now (else a later rule gives it one)
+            self.give_source(sid)
+
+    def freed(self, sid: int) -> None:
+        del self.streams[sid]
+        self.with_source.discard(sid)
 
     def next_ids(self, data, sid: int, k: int) -> list[int]:
         """The ``k`` ids ``sid`` writes next (extending its stream up to them)."""
@@ -76,53 +74,11 @@ class SourcesAgainstGivenIds(RuleBasedStateMachine):
         """What the sourced manager's append gets: wrong ids of the right count."""
         return [7] * len(ids) if sid in self.with_source else ids
 
-    @rule(data=st.data())
-    def admit(self, data):
-        self.tick()
-        prompt = data.draw(st.sampled_from(PREFIXES)) + data.draw(st.lists(TOKENS, max_size=7))
-        prompt = prompt or [0]
-        final = len(prompt) + data.draw(st.integers(0, 12))
-        num = data.draw(st.integers(1, len(prompt)))
-        sid, self.next_id = self.next_id, self.next_id + 1
-        if self.both("admit", sid, prompt, final, num) is not None:
-            self.finals[sid] = final
-            self.streams[sid] = list(prompt)
-            self.give_source(sid)
-
-    @precondition(lambda self: self.open_ids())
-    @rule(data=st.data(), now=st.booleans())
-    def fork(self, data, now):
-        parent = data.draw(st.sampled_from(self.open_ids()))
-        held = self.given.num_tokens(parent)
-        final = held + data.draw(st.integers(0, 8))
-        sid, self.next_id = self.next_id, self.next_id + 1
-        self.both("fork", parent, sid, final)
-        self.finals[sid] = final
-        self.streams[sid] = self.streams[parent][:held]  # then its own ids
-        if now:
-            self.give_source(sid)
-
     @precondition(lambda self: [sid for sid in self.finals if sid not in self.with_source])
     @rule(data=st.data())
     def give_a_forked_child_its_source(self, data):
         self.give_source(data.draw(st.sampled_from(
             sorted(sid for sid in self.finals if sid not in self.with_source))))
-
-    @precondition(lambda self: self.finals)
-    @rule(data=st.data())
-    def free(self, data):
-        self.tick()
-        sid = data.draw(st.sampled_from(sorted(self.finals)))
-        self.both("free", sid)
-        del self.finals[sid], self.streams[sid]
-        self.with_source.discard(sid)
-
-    @precondition(lambda self: self.open_ids())
-    @rule(data=st.data())
-    def swap_out_and_in(self, data):
-        sid = data.draw(st.sampled_from(self.open_ids()))
-        if self.both("swap_out", sid) is not None and data.draw(st.booleans()):
-            self.both("swap_in", sid)
 
     @precondition(lambda self: self.open_ids())
     @rule(data=st.data())

@@ -13,7 +13,7 @@ from typing import Sequence as SequenceOf
 import numpy as np
 
 from harness.workloads.request import Request
-from pagebench.allocators.prefix_keys import run_bytes
+from pagebench.allocators.prefix_keys import run_bytes, token_bytes
 
 # Synthetic generated-token ids live above every id a workload uses for prompts
 # (workloads draw below 2**30), so they never collide with prompt ids.
@@ -129,7 +129,7 @@ class Sequence:
             first = SYNTHETIC_TOKEN_BASE + (offset + index) % SYNTHETIC_TOKEN_BASE
             if first + end - start <= 2 * SYNTHETIC_TOKEN_BASE:  # no wrap-around
                 return run_bytes(first, end - start)  # synthetic_tokens' range
-        return self.token_ids(start, end).astype(np.int32, copy=False).tobytes()
+        return token_bytes(self.token_ids(start, end))
 
     def synthetic_token_at(self, position: int) -> int:
         """Generated token ``position``: deterministic per request, lineage and position."""
